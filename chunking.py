@@ -1,0 +1,131 @@
+"""Chunking: pages of raw lines into runs of whole lines an agent can cite.
+
+A chunk never crosses a page and never includes a noise line (running header, footer, page
+number): noise splits a page into runs, and each run is cut into chunks of about
+TARGET_CHARS characters, the next chunk repeating the previous chunk's last line so a
+sentence cut at a boundary is whole in one of them. A single line longer than MAX_CHARS is
+split into pieces that all carry its line number. A chunk's text is exactly its lines joined
+by newlines (or, for a piece of a long line, a substring of that line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+
+from fulltext import Chunk
+
+# ---------------------------------------------------------------------------
+TARGET_CHARS = 1000  # a chunk is closed once it holds this many characters
+MAX_CHARS = 1200  # ... and never grows past this (except by the overlap line)
+OVERLAP_LINES = 1  # lines repeated at the start of the next chunk
+# ---------------------------------------------------------------------------
+
+
+def chunk_id(source: str, page: int, line_start: int, text: str) -> str:
+    """Stable for the same text at the same place, so unchanged chunks are not embedded again."""
+    key = f"{source}\x00{page}\x00{line_start}\x00{text}".encode()
+    return hashlib.sha256(key).hexdigest()[:32]
+
+
+def _runs(lines: Sequence[str], noise: set[int]) -> list[list[int]]:
+    """Line numbers (1-based) of each stretch of lines free of noise, blank ends trimmed."""
+    runs: list[list[int]] = []
+    current: list[int] = []
+    for number, text in enumerate(lines, 1):
+        if number in noise:
+            runs.append(current)
+            current = []
+        elif text.strip() or current:
+            current.append(number)
+    runs.append(current)
+    for run in runs:
+        while run and not lines[run[-1] - 1].strip():
+            run.pop()
+    return [run for run in runs if run]
+
+
+def _split_long_line(text: str) -> list[str]:
+    """Cut an over-long line at whitespace near MAX_CHARS, so no piece is past it."""
+    pieces = []
+    while len(text) > MAX_CHARS:
+        cut = text.rfind(" ", TARGET_CHARS // 2, MAX_CHARS)
+        cut = cut + 1 if cut > 0 else MAX_CHARS
+        pieces.append(text[:cut])
+        text = text[cut:]
+    return pieces + [text] if text else pieces
+
+
+def _line_groups(run: list[int], lines: Sequence[str]) -> list[list[int]]:
+    """Group a run's line numbers into chunks by size, with OVERLAP_LINES repeated."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+
+    def close() -> list[int]:
+        groups.append(current)
+        tail = current[-OVERLAP_LINES:] if len(current) > OVERLAP_LINES else []
+        return [n for n in tail if lines[n - 1].strip()]
+
+    for number in run:
+        length = len(lines[number - 1]) + 1
+        if length > MAX_CHARS:  # an over-long line is a group of its own, split later
+            if current and not _is_overlap(current, groups):
+                groups.append(current)
+            groups.append([number])
+            current = []
+            continue
+        if current and _size(current, lines) + length > MAX_CHARS:
+            current = close()
+        current.append(number)
+        if _size(current, lines) >= TARGET_CHARS:
+            current = close()
+    if current and not _is_overlap(current, groups):
+        groups.append(current)
+    return groups
+
+
+def _size(numbers: list[int], lines: Sequence[str]) -> int:
+    return sum(len(lines[n - 1]) + 1 for n in numbers)
+
+
+def _is_overlap(current: list[int], groups: list[list[int]]) -> bool:
+    """True when `current` holds only the lines repeated from the group just closed."""
+    return bool(groups) and current == groups[-1][-len(current):]
+
+
+def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
+               tokenize: Callable[[str], list[str]]) -> list[Chunk]:
+    """Every chunk of one page, in line order."""
+    chunks: list[Chunk] = []
+    for run in _runs(lines, noise):
+        for group in _line_groups(run, lines):
+            while len(group) > 1 and not lines[group[-1] - 1].strip():
+                group = group[:-1]
+            first, last = group[0], group[-1]
+            if first == last and len(lines[first - 1]) > MAX_CHARS:
+                texts = _split_long_line(lines[first - 1])
+            else:
+                texts = ["\n".join(lines[first - 1:last])]
+            for text in texts:
+                if text.strip():
+                    chunks.append(Chunk(chunk_id(source, page, first, text), page, first, last,
+                                        text, " ".join(tokenize(text))))
+    return _dedupe(chunks)
+
+
+def _dedupe(chunks: list[Chunk]) -> list[Chunk]:
+    """Two pieces with the same text at the same line would share an id; keep the first."""
+    seen: set[str] = set()
+    unique = []
+    for chunk in chunks:
+        if chunk.chunk_id not in seen:
+            seen.add(chunk.chunk_id)
+            unique.append(chunk)
+    return unique
+
+
+def chunk_pages(source: str, pages: Sequence[Sequence[str]], noise: Sequence[set[int]],
+                tokenize: Callable[[str], list[str]]) -> list[Chunk]:
+    """Every chunk of a document, pages in order (page numbers are 1-based)."""
+    return [chunk for number, (lines, page_noise) in enumerate(zip(pages, noise, strict=True), 1)
+            for chunk in chunk_page(source, number, lines, page_noise, tokenize)]

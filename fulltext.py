@@ -1,0 +1,425 @@
+"""fulltext.sqlite3: the record of what a knowledge base holds.
+
+One file per KB (`<base>/<kb_id>/fulltext.sqlite3`, WAL mode, schema version in
+`PRAGMA user_version`). It keeps every source with its hash and state, every raw line of
+every page (noise included), the chunks with their embedding state, and two indexes:
+
+- `chunks_fts`: FTS5 over segmented tokens (see segment.py), ranked with `bm25()`.
+- `lines_fts`: FTS5 trigram index over raw lines for exact substrings; strings shorter than
+  three characters fall back to a scan with `instr()`, so 1- and 2-character names still match.
+
+SQLite is the truth and Chroma follows it (see ingest.py): a source's lines and chunks are
+replaced in one transaction, chunks start `pending`, Chroma ids that disappear are written
+to `chroma_tombstones` in that same transaction so a crash can never leak them.
+
+The indexer opens the file writable and migrates it; the server opens it read-only and
+never migrates.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+FILENAME = "fulltext.sqlite3"
+# segment.py emits tokens made only of these categories, so FTS5 never re-splits them
+TOKEN_CATEGORIES = "L* N* Co M*"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A run of whole lines of one page; `text` is exactly those lines joined by newlines."""
+
+    chunk_id: str
+    page: int
+    line_start: int
+    line_end: int
+    text: str
+    tokens: str  # space-joined segment.tokens(text)
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """What we know of a file on disk when it is (re)indexed."""
+
+    name: str
+    path: str
+    sha256: str
+    size: int
+    mtime: float
+
+
+class SchemaError(RuntimeError):
+    """The file was written by a newer linecite, or is not a linecite index."""
+
+
+# ---------------------------------------------------------------------------
+# schema and migrations: numbered functions, applied in order, each in one transaction
+
+def _m001_create_tables(conn: sqlite3.Connection) -> None:
+    statements = [
+        """CREATE TABLE sources (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            path TEXT,
+            sha256 TEXT,
+            size INTEGER,
+            mtime REAL,
+            parser TEXT,
+            state TEXT NOT NULL,
+            error TEXT,
+            pages INTEGER NOT NULL DEFAULT 0,
+            ingested_at TEXT
+        )""",
+        """CREATE TABLE lines (
+            id INTEGER PRIMARY KEY,
+            source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+            page INTEGER NOT NULL,
+            line INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            UNIQUE (source_id, page, line)
+        )""",
+        """CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY,
+            chunk_id TEXT NOT NULL UNIQUE,
+            source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+            page INTEGER NOT NULL,
+            line_start INTEGER NOT NULL,
+            line_end INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            tokens TEXT NOT NULL,
+            embed_state TEXT NOT NULL DEFAULT 'pending',
+            embed_error TEXT
+        )""",
+        "CREATE INDEX chunks_source ON chunks(source_id, page, line_start)",
+        "CREATE INDEX chunks_pending ON chunks(embed_state) WHERE embed_state = 'pending'",
+        "CREATE TABLE chroma_tombstones (chunk_id TEXT PRIMARY KEY)",
+        f"""CREATE VIRTUAL TABLE chunks_fts USING fts5(
+            tokens, content='chunks', content_rowid='id',
+            tokenize="unicode61 remove_diacritics 0 categories '{TOKEN_CATEGORIES}'"
+        )""",
+        """CREATE VIRTUAL TABLE lines_fts USING fts5(
+            text, content='lines', content_rowid='id', tokenize='trigram case_sensitive 0'
+        )""",
+    ]
+    for table, column in (("chunks", "tokens"), ("lines", "text")):
+        fts = f"{table}_fts"
+        statements += [
+            f"""CREATE TRIGGER {table}_ai AFTER INSERT ON {table} BEGIN
+                INSERT INTO {fts}(rowid, {column}) VALUES (new.id, new.{column}); END""",
+            f"""CREATE TRIGGER {table}_ad AFTER DELETE ON {table} BEGIN
+                INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.id, old.{column});
+                END""",
+        ]
+    for statement in statements:  # not executescript(): it would commit the open transaction
+        conn.execute(statement)
+
+
+MIGRATIONS = [_m001_create_tables]
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"this index has schema version {version}, newer than this linecite "
+            f"({SCHEMA_VERSION}); update linecite"
+        )
+    for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
+        with conn:
+            migration(conn)
+            conn.execute(f"PRAGMA user_version = {number}")
+
+
+def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
+    """Open an index: writable and migrated for the indexer, read-only for the server."""
+    if readonly:
+        if not path.exists():
+            raise FileNotFoundError(f"no index at {path}; run `python ingest.py FILE` first")
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                               check_same_thread=False)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA busy_timeout = 10000")
+    if readonly:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if not 1 <= version <= SCHEMA_VERSION:
+            raise SchemaError(f"{path} has schema version {version}; reindex it with ingest.py")
+    else:
+        _migrate(conn)
+    return conn
+
+
+# ---------------------------------------------------------------------------
+# sources: replace whole, record failures
+
+def source_row(conn: sqlite3.Connection, name: str) -> sqlite3.Row | None:
+    return conn.execute("SELECT * FROM sources WHERE name = ?", (name,)).fetchone()
+
+
+def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
+                   pages: Sequence[Sequence[str]], chunks: Sequence[Chunk]) -> int:
+    """Replace a source's lines and chunks in one transaction; returns chunks left to embed.
+
+    Chunks whose id was already embedded keep that state (same text at the same place), so a
+    changed file only re-embeds what changed. Ids that disappear become tombstones.
+    """
+    with conn:
+        row = source_row(conn, src.name)
+        embedded: set[str] = set()
+        if row is not None:
+            old = conn.execute("SELECT chunk_id, embed_state FROM chunks WHERE source_id = ?",
+                               (row["id"],)).fetchall()
+            embedded = {r["chunk_id"] for r in old if r["embed_state"] == "indexed"}
+            new_ids = {c.chunk_id for c in chunks}
+            conn.executemany("INSERT OR IGNORE INTO chroma_tombstones VALUES (?)",
+                             [(r["chunk_id"],) for r in old if r["chunk_id"] not in new_ids])
+            conn.execute("DELETE FROM lines WHERE source_id = ?", (row["id"],))
+            conn.execute("DELETE FROM chunks WHERE source_id = ?", (row["id"],))
+        source_id = _upsert_source(conn, src, parser=parser, state="pending", error=None,
+                                   pages=len(pages))
+        conn.executemany(
+            "INSERT INTO lines (source_id, page, line, text) VALUES (?, ?, ?, ?)",
+            ((source_id, p, n, text) for p, page in enumerate(pages, 1)
+             for n, text in enumerate(page, 1)),
+        )
+        conn.executemany(
+            "INSERT INTO chunks (chunk_id, source_id, page, line_start, line_end, text, tokens,"
+            " embed_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            ((c.chunk_id, source_id, c.page, c.line_start, c.line_end, c.text, c.tokens,
+              "indexed" if c.chunk_id in embedded else "pending") for c in chunks),
+        )
+        conn.execute("DELETE FROM chroma_tombstones WHERE chunk_id IN "
+                     "(SELECT chunk_id FROM chunks WHERE source_id = ?)", (source_id,))
+    return sum(c.chunk_id not in embedded for c in chunks)
+
+
+def record_failure(conn: sqlite3.Connection, src: SourceFile, reason: str, detail: str) -> str:
+    """Record that a file could not be read; returns the state it leaves.
+
+    A source that was indexed before keeps its old lines and chunks (state `degraded`), so a
+    bad update never loses what was searchable; a new one is `failed` with nothing indexed.
+    """
+    error = f"{reason}: {detail}"
+    with conn:
+        row = source_row(conn, src.name)
+        if row is not None and row["pages"] > 0:
+            conn.execute("UPDATE sources SET state = 'degraded', error = ? WHERE id = ?",
+                         (f"{error} (still serving the previous version)", row["id"]))
+            return "degraded"
+        _upsert_source(conn, src, parser=None, state="failed", error=error, pages=0)
+    return "failed"
+
+
+def _upsert_source(conn: sqlite3.Connection, src: SourceFile, parser: str | None, state: str,
+                   error: str | None, pages: int) -> int:
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    conn.execute(
+        """INSERT INTO sources (name, path, sha256, size, mtime, parser, state, error, pages,
+                                ingested_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT(name) DO UPDATE SET path = excluded.path, sha256 = excluded.sha256,
+             size = excluded.size, mtime = excluded.mtime, parser = excluded.parser,
+             state = excluded.state, error = excluded.error, pages = excluded.pages,
+             ingested_at = excluded.ingested_at""",
+        (src.name, src.path, src.sha256, src.size, src.mtime, parser, state, error, pages, now),
+    )
+    return conn.execute("SELECT id FROM sources WHERE name = ?", (src.name,)).fetchone()[0]
+
+
+def touch_source(conn: sqlite3.Connection, name: str, size: int, mtime: float) -> None:
+    """Remember a new mtime for content whose hash did not change, so the next run skips it fast."""
+    with conn:
+        conn.execute("UPDATE sources SET size = ?, mtime = ? WHERE name = ?", (size, mtime, name))
+
+
+def delete_source(conn: sqlite3.Connection, name: str) -> None:
+    """Drop a source whole; its Chroma ids become tombstones in the same transaction."""
+    with conn:
+        conn.execute("INSERT OR IGNORE INTO chroma_tombstones SELECT chunk_id FROM chunks "
+                     "WHERE source_id = (SELECT id FROM sources WHERE name = ?)", (name,))
+        conn.execute("DELETE FROM lines WHERE source_id = (SELECT id FROM sources WHERE name = ?)",
+                     (name,))
+        conn.execute("DELETE FROM chunks WHERE source_id = "
+                     "(SELECT id FROM sources WHERE name = ?)", (name,))
+        conn.execute("DELETE FROM sources WHERE name = ?", (name,))
+
+
+# ---------------------------------------------------------------------------
+# embedding state: what Chroma still has to receive or forget
+
+def pending_chunks(conn: sqlite3.Connection, limit: int) -> list[sqlite3.Row]:
+    return conn.execute(
+        "SELECT c.chunk_id, c.text, c.page, c.line_start, c.line_end, s.name AS source "
+        "FROM chunks c JOIN sources s ON s.id = c.source_id "
+        "WHERE c.embed_state = 'pending' ORDER BY c.id LIMIT ?", (limit,)).fetchall()
+
+
+def count_pending(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM chunks WHERE embed_state = 'pending'").fetchone()[0]
+
+
+def set_embed_state(conn: sqlite3.Connection, chunk_ids: Iterable[str], state: str,
+                    error: str | None = None) -> None:
+    with conn:
+        conn.executemany("UPDATE chunks SET embed_state = ?, embed_error = ? WHERE chunk_id = ?",
+                         ((state, error, cid) for cid in chunk_ids))
+
+
+def indexed_chunk_ids(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE embed_state = 'indexed'")}
+
+
+def all_chunk_ids(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT chunk_id FROM chunks")}
+
+
+def tombstones(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT chunk_id FROM chroma_tombstones")]
+
+
+def clear_tombstones(conn: sqlite3.Connection, chunk_ids: Iterable[str]) -> None:
+    with conn:
+        conn.executemany("DELETE FROM chroma_tombstones WHERE chunk_id = ?",
+                         ((cid,) for cid in chunk_ids))
+
+
+def promote_sources(conn: sqlite3.Connection) -> None:
+    """Sources with no chunk left pending become `ready`, or `degraded` if some chunks failed."""
+    with conn:
+        conn.execute(
+            """UPDATE sources SET
+                 state = CASE WHEN EXISTS (SELECT 1 FROM chunks c WHERE c.source_id = sources.id
+                                           AND c.embed_state = 'failed')
+                              THEN 'degraded' ELSE 'ready' END,
+                 error = CASE WHEN EXISTS (SELECT 1 FROM chunks c WHERE c.source_id = sources.id
+                                           AND c.embed_state = 'failed')
+                              THEN 'some chunks could not be embedded; they are still found by '
+                                   || 'bm25 and exact search' ELSE NULL END
+               WHERE state = 'pending' AND NOT EXISTS (
+                 SELECT 1 FROM chunks c WHERE c.source_id = sources.id
+                 AND c.embed_state = 'pending')""")
+
+
+# ---------------------------------------------------------------------------
+# reading: BM25, exact substrings, line ranges
+
+def quote_fts(tokens: Iterable[str]) -> str:
+    """An FTS5 query that ORs the tokens, each double-quoted so no token is read as syntax."""
+    unique = dict.fromkeys(t.replace('"', '""') for t in tokens if t)
+    return " OR ".join(f'"{t}"' for t in unique)
+
+
+CHUNK_COLUMNS = ("c.id, c.chunk_id, s.name AS source, c.page, c.line_start, c.line_end, c.text,"
+                 " c.embed_state")
+
+
+def chunks_by_id(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, sqlite3.Row]:
+    """The chunks with these ids that SQLite holds (others are simply absent)."""
+    if not chunk_ids:
+        return {}
+    marks = ",".join("?" * len(chunk_ids))
+    rows = conn.execute(f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN sources s"
+                        f" ON s.id = c.source_id WHERE c.chunk_id IN ({marks})", list(chunk_ids))
+    return {row["chunk_id"]: row for row in rows}
+
+
+def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: int,
+                source: str | None = None) -> list[tuple[sqlite3.Row, float]]:
+    """Chunks ranked by FTS5's BM25 (k1=1.2, b=0.75); scores are positive, higher is better."""
+    match = quote_fts(query_tokens)
+    if not match:
+        return []
+    sql = (f"SELECT {CHUNK_COLUMNS}, -bm25(chunks_fts) AS score"
+           " FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid"
+           " JOIN sources s ON s.id = c.source_id WHERE chunks_fts MATCH ?")
+    params: list = [match]
+    if source is not None:
+        sql += " AND s.name = ?"
+        params.append(source)
+    sql += " ORDER BY bm25(chunks_fts) LIMIT ?"
+    params.append(limit)
+    return [(row, row["score"]) for row in conn.execute(sql, params)]
+
+
+def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
+                 source: str | None = None) -> list[sqlite3.Row]:
+    """Raw lines containing `needle` (case-insensitive for ASCII), in document order."""
+    if len(needle) >= 3:
+        where = "l.id IN (SELECT rowid FROM lines_fts WHERE lines_fts MATCH ?)"
+        params: list = ['"' + needle.replace('"', '""') + '"']
+    else:  # the trigram index cannot see strings shorter than three characters
+        where = "instr(lower(l.text), lower(?)) > 0"
+        params = [needle]
+    sql = ("SELECT s.name AS source, l.page, l.line, l.text FROM lines l"
+           f" JOIN sources s ON s.id = l.source_id WHERE {where}")
+    if source is not None:
+        sql += " AND s.name = ?"
+        params.append(source)
+    sql += " ORDER BY s.name, l.page, l.line LIMIT ?"
+    params.append(limit)
+    return conn.execute(sql, params).fetchall()
+
+
+def page_count(conn: sqlite3.Connection, source: str) -> int | None:
+    row = conn.execute("SELECT pages FROM sources WHERE name = ?", (source,)).fetchone()
+    return None if row is None else row[0]
+
+
+def page_lines(conn: sqlite3.Connection, source: str, page: int, first: int = 1,
+               last: int | None = None) -> list[tuple[int, str]]:
+    """(line number, raw text) for lines first..last of one page of a source, as indexed."""
+    rows = conn.execute(
+        "SELECT l.line, l.text FROM lines l JOIN sources s ON s.id = l.source_id"
+        " WHERE s.name = ? AND l.page = ? AND l.line BETWEEN ? AND ? ORDER BY l.line",
+        (source, page, first, last if last is not None else 2**31)).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def neighbour_chunk_ids(conn: sqlite3.Connection, rowid: int) -> tuple[str | None, str | None]:
+    """The chunk ids just before and after a chunk in its source (page, then line order)."""
+    order = "(c.page, c.line_start, c.id)"
+    me = "(SELECT page, line_start, id FROM chunks WHERE id = :id)"
+    same = "c.source_id = (SELECT source_id FROM chunks WHERE id = :id)"
+    before = conn.execute(f"SELECT c.chunk_id FROM chunks c WHERE {same} AND {order} < {me}"
+                          " ORDER BY c.page DESC, c.line_start DESC, c.id DESC LIMIT 1",
+                          {"id": rowid}).fetchone()
+    after = conn.execute(f"SELECT c.chunk_id FROM chunks c WHERE {same} AND {order} > {me}"
+                         " ORDER BY c.page, c.line_start, c.id LIMIT 1", {"id": rowid}).fetchone()
+    return (before[0] if before else None, after[0] if after else None)
+
+
+def list_sources(conn: sqlite3.Connection) -> list[dict]:
+    """Every source with its pages, chunk counts, parser, state and error."""
+    rows = conn.execute(
+        "SELECT s.name, s.path, s.pages, s.parser, s.state, s.error, s.ingested_at,"
+        " count(c.id) AS chunks,"
+        " coalesce(sum(c.embed_state = 'pending'), 0) AS chunks_pending,"
+        " coalesce(sum(c.embed_state = 'failed'), 0) AS chunks_failed"
+        " FROM sources s LEFT JOIN chunks c ON c.source_id = s.id"
+        " GROUP BY s.id ORDER BY s.name").fetchall()
+    return [dict(row) for row in rows]
+
+
+def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Totals for summaries and `list_knowledge_bases`."""
+    row = conn.execute(
+        "SELECT (SELECT count(*) FROM sources),"
+        " (SELECT coalesce(sum(pages), 0) FROM sources),"
+        " (SELECT count(*) FROM lines),"
+        " (SELECT count(*) FROM chunks),"
+        " (SELECT count(*) FROM chunks WHERE embed_state = 'indexed'),"
+        " (SELECT count(*) FROM chunks WHERE embed_state = 'pending'),"
+        " (SELECT count(*) FROM chunks WHERE embed_state = 'failed')").fetchone()
+    keys = ("sources", "pages", "lines", "chunks", "embedded", "pending", "embed_failed")
+    return dict(zip(keys, row, strict=True))

@@ -1,0 +1,278 @@
+"""The indexing pipeline and its command line.
+
+    python ingest.py report.pdf                 # index one file into the `default` KB
+    python ingest.py docs/ --kb manuals         # index a folder into KB `manuals`
+    python ingest.py notes.txt "Meeting notes"  # choose the source name agents will cite
+
+Files -> extract (extract.py) -> chunk (chunking.py) -> one SQLite transaction with the
+source's lines and chunks (fulltext.py) -> embed pending chunks -> Chroma (chroma_store.py)
+-> mark them indexed. SQLite is the record and Chroma follows it; a reconcile pass at the
+start of every run finishes whatever a crash left. Progress goes to stderr, the JSON summary
+to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import fulltext
+import kb as kbmod
+from pidlock import LockBusy, PidLock
+
+# ---------------------------------------------------------------------------
+EMBED_BATCH = 32  # chunks per embedder call and Chroma upsert
+PAUSE_ENV = "LINECITE_PAUSE_AT"  # tests: stop at a named stage so they can kill -9 there
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    """What one run did; printed as JSON."""
+
+    kb: str
+    sources: int = 0
+    indexed: int = 0
+    unchanged: int = 0
+    pages: int = 0
+    lines: int = 0
+    chunks: int = 0
+    embedded: int = 0
+    skipped: list[dict] = field(default_factory=list)
+    failed: list[dict] = field(default_factory=list)
+    fulltext: dict = field(default_factory=dict)
+
+
+Report = Callable[[int, int, str], None]  # (done, total, message): MCP progress notifications
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The embedder or Chroma fails even on a trivial input: stop, keep chunks pending."""
+
+
+def _pause_point(stage: str) -> None:
+    """Let a crash test kill -9 the process at a known stage (no effect unless asked)."""
+    if os.environ.get(PAUSE_ENV) == stage:
+        print(f"linecite: paused at {stage}", file=sys.stderr, flush=True)
+        time.sleep(3600)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def discover(targets: list[Path], source_name: str | None = None) -> Iterator[tuple[Path, str]]:
+    """(file, source name) for each file to index: a file as named, a folder's files recursively.
+
+    A folder's files are named `<folder>/<relative path>` so two folders' `README.md` differ.
+    """
+    import extract
+
+    for target in targets:
+        if target.is_dir():
+            for path in sorted(p for p in target.rglob("*") if p.is_file()):
+                if extract.supported(path):
+                    yield path, f"{target.resolve().name}/{path.relative_to(target).as_posix()}"
+        else:
+            yield target, source_name or target.name
+
+
+def _progress(iterable, total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit="file" if desc == "files" else "chunk",
+                file=sys.stderr, disable=not enabled, dynamic_ncols=True)
+
+
+class Indexer:
+    """Indexes files into one KB; holds the KB's writer lock for its lifetime."""
+
+    def __init__(self, kb: kbmod.KnowledgeBase, progress: bool = False,
+                 report: Report | None = None):
+        import chroma_store
+
+        self.kb = kb
+        self.progress = progress
+        self.report = report
+        self.lock = PidLock(kb.folder / ".writer.lock", f"indexing of KB {kb.id!r}")
+        self.lock.acquire()
+        try:
+            self.conn = fulltext.connect(kb.fulltext_path)
+        except BaseException:
+            self.lock.release()
+            raise
+        embedder = chroma_store.embedder_for(kb.embedding)
+        self.store = chroma_store.ChromaStore(kb.folder, kb.id, embedder, url=kb.chroma_url)
+
+    def close(self) -> None:
+        self.conn.close()
+        self.store.close()
+        self.lock.release()
+
+    # -- the storage protocol ------------------------------------------------
+    def reconcile(self) -> int:
+        """Make Chroma match SQLite after whatever a crash left; returns chunks embedded."""
+        self._forget(fulltext.tombstones(self.conn))
+        in_chroma = self.store.all_ids()
+        self._forget(sorted(in_chroma - fulltext.all_chunk_ids(self.conn)))
+        lost = fulltext.indexed_chunk_ids(self.conn) - in_chroma
+        fulltext.set_embed_state(self.conn, lost, "pending")
+        return self.embed_pending()
+
+    def _forget(self, chunk_ids: list[str]) -> None:
+        if chunk_ids:
+            self.store.delete(chunk_ids)
+        fulltext.clear_tombstones(self.conn, chunk_ids)
+
+    def embed_pending(self) -> int:
+        """Embed every pending chunk in batches; a failing batch is halved until the bad chunk
+        is isolated and marked failed, so one bad chunk never blocks the rest."""
+        total = fulltext.count_pending(self.conn)
+        done = 0
+        with _progress(None, total, "embedding", self.progress and total > 0) as bar:
+            while rows := fulltext.pending_chunks(self.conn, EMBED_BATCH):
+                done += self._embed_batch(rows)
+                bar.update(len(rows))
+                if self.report:
+                    self.report(bar.n, total, "embedding chunks")
+                _pause_point("mid-embedding")
+        fulltext.promote_sources(self.conn)
+        self._forget(fulltext.tombstones(self.conn))
+        return done
+
+    def _embed_batch(self, rows: list) -> int:
+        try:
+            vectors = self.store.embed([r["text"] for r in rows])
+            self.store.upsert(
+                [r["chunk_id"] for r in rows], vectors, [r["text"] for r in rows],
+                [{"source": r["source"], "page": r["page"], "line_start": r["line_start"],
+                  "line_end": r["line_end"]} for r in rows])
+        except Exception as err:  # the embedder and Chroma can fail in any way; isolate it
+            if len(rows) > 1:
+                half = len(rows) // 2
+                return self._embed_batch(rows[:half]) + self._embed_batch(rows[half:])
+            self._check_backend(err)
+            fulltext.set_embed_state(self.conn, [rows[0]["chunk_id"]], "failed",
+                                     f"{type(err).__name__}: {err}"[:300])
+            return 0
+        _pause_point("mid-upsert")
+        fulltext.set_embed_state(self.conn, [r["chunk_id"] for r in rows], "indexed")
+        return len(rows)
+
+    def _check_backend(self, err: Exception) -> None:
+        """Tell a bad chunk from a dead backend: if a trivial text fails too, stop the run."""
+        try:
+            self.store.embed(["linecite"])
+            self.store.count()
+        except Exception as probe_err:
+            raise EmbedderUnavailable(
+                f"the embedder or Chroma is not working ({type(probe_err).__name__}: "
+                f"{str(probe_err)[:300]}); pending chunks are kept and the next run embeds "
+                "them") from err
+
+    # -- one file ---------------------------------------------------------------
+    def index_file(self, path: Path, name: str, summary: Summary, force: bool = False) -> None:
+        """Extract, chunk and commit one file; unchanged files (by SHA-256) are skipped."""
+        import chunking
+        import extract
+        import segment
+
+        summary.sources += 1
+        try:
+            stat = path.stat()
+        except OSError as err:
+            reason = "not-found" if isinstance(err, FileNotFoundError) else "unreadable"
+            self._fail(fulltext.SourceFile(name, str(path), "", 0, 0.0), reason,
+                       f"cannot open {path}: {err.strerror or err}; check the path", summary)
+            return
+        row = fulltext.source_row(self.conn, name)
+        if not force and row is not None and (row["size"], row["mtime"]) == (stat.st_size,
+                                                                                stat.st_mtime):
+            summary.unchanged += 1
+            return
+        src = fulltext.SourceFile(name, str(path.resolve()), sha256_file(path), stat.st_size,
+                                  stat.st_mtime)
+        if not force and row is not None and row["sha256"] == src.sha256:
+            fulltext.touch_source(self.conn, name, src.size, src.mtime)
+            summary.unchanged += 1
+            return
+        try:
+            doc = extract.extract(path)
+        except extract.ExtractError as err:
+            self._fail(src, err.reason, err.detail, summary)
+            return
+        noise = extract.noise_lines(doc.pages)
+        chunks = chunking.chunk_pages(name, doc.pages, noise, segment.tokens)
+        fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks)
+        summary.indexed += 1
+        summary.pages += len(doc.pages)
+        summary.lines += sum(len(page) for page in doc.pages)
+        summary.chunks += len(chunks)
+        _pause_point("after-commit")
+
+    def _fail(self, src: fulltext.SourceFile, reason: str, detail: str, summary: Summary) -> None:
+        state = fulltext.record_failure(self.conn, src, reason, detail)
+        summary.failed.append({"source": src.name, "path": src.path, "reason": reason,
+                               "detail": detail, "state": state})
+
+
+def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None = None,
+           force: bool = False, progress: bool = False, report: Report | None = None) -> Summary:
+    """Index files and folders into a KB and return what happened."""
+    summary = Summary(kb=kb.id)
+    indexer = Indexer(kb, progress=progress, report=report)
+    try:
+        summary.embedded += indexer.reconcile()
+        files = list(discover(targets, source_name))
+        for done, (path, name) in enumerate(_progress(files, len(files), "files", progress)):
+            if report:
+                report(done, len(files), f"indexing {name}")
+            indexer.index_file(path, name, summary, force=force)
+            summary.embedded += indexer.embed_pending()
+        summary.fulltext = {"path": str(kb.fulltext_path), **fulltext.counts(indexer.conn)}
+    finally:
+        indexer.close()
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Index files into a linecite knowledge base (JSON summary on stdout).")
+    parser.add_argument("path", type=Path, help="a file or a folder to index")
+    parser.add_argument("source_name", nargs="?",
+                        help="the name agents cite for this file (default: its file name)")
+    parser.add_argument("--kb", default=kbmod.DEFAULT_KB,
+                        help="knowledge base id (default: %(default)s)")
+    parser.add_argument("--base-path", type=Path, default=None,
+                        help="folder holding all KBs (default: $LINECITE_HOME or the user "
+                             "data folder)")
+    parser.add_argument("--force", action="store_true", help="re-extract even unchanged files")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    args = parser.parse_args(argv)
+    if args.source_name and args.path.is_dir():
+        parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
+    base = args.base_path or kbmod.default_base_path()
+    try:
+        kb = kbmod.open_or_create(base, args.kb)
+        summary = ingest(kb, [args.path], args.source_name, force=args.force,
+                         progress=not args.quiet)
+    except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError) as err:
+        print(f"linecite: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary.__dict__, ensure_ascii=False, indent=2))
+    return 1 if summary.failed and not summary.indexed and not summary.unchanged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

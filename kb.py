@@ -1,0 +1,110 @@
+"""Knowledge bases: where they live and what their config.json says.
+
+The base folder holds one folder per KB (`<base>/<kb_id>/` with `config.json`,
+`fulltext.sqlite3` and `chroma/`). The base is `--base-path`, else `LINECITE_HOME`, else the
+platform's user data folder. A KB named on the command line that does not exist yet is
+created with defaults, so `python ingest.py FILE` needs no set-up at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import fulltext
+
+DEFAULT_KB = "default"
+KB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def default_base_path() -> Path:
+    """`%LOCALAPPDATA%\\linecite` on Windows, XDG data home on Linux, Application Support on
+    macOS."""
+    if os.environ.get("LINECITE_HOME"):
+        return Path(os.environ["LINECITE_HOME"]).expanduser()
+    if sys.platform == "win32":
+        root = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
+        return Path(root) / "linecite"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "linecite"
+    xdg = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(xdg) / "linecite"
+
+
+@dataclass
+class KnowledgeBase:
+    """One KB's folder and its config.json fields (names kept from the surveyed C# server)."""
+
+    id: str
+    folder: Path
+    name: str = ""
+    source_paths: list[str] = field(default_factory=list)
+    embedding: dict = field(default_factory=lambda: {"provider": "builtin"})
+    chroma_url: str | None = None
+
+    @property
+    def fulltext_path(self) -> Path:
+        return self.folder / fulltext.FILENAME
+
+    def to_json(self) -> dict:
+        data = {"id": self.id, "name": self.name or self.id, "sourcePaths": self.source_paths,
+                "embedding": self.embedding}
+        if self.chroma_url:
+            data["chromaUrl"] = self.chroma_url
+        return data
+
+
+class ConfigError(ValueError):
+    """config.json is missing a field or has a wrong one; the message names it."""
+
+
+def check_kb_id(kb_id: str) -> str:
+    if not KB_ID_PATTERN.match(kb_id):
+        raise ConfigError(f"kb id {kb_id!r} is not valid: use 1-64 letters, digits, '.', '_' or "
+                          "'-', starting with a letter or digit")
+    return kb_id
+
+
+def load(base: Path, kb_id: str) -> KnowledgeBase:
+    """Read `<base>/<kb_id>/config.json`; FileNotFoundError when the KB does not exist."""
+    folder = base / check_kb_id(kb_id)
+    path = folder / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path} is not valid JSON ({err}); fix or delete it") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a JSON object")
+    embedding = data.get("embedding") or {"provider": "builtin"}
+    if not isinstance(embedding, dict):
+        raise ConfigError(f"{path}: field 'embedding' must be an object like "
+                          '{"provider": "builtin"}')
+    paths = data.get("sourcePaths") or []
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise ConfigError(f"{path}: field 'sourcePaths' must be a list of folder paths")
+    url = os.environ.get("LINECITE_CHROMA_URL") or data.get("chromaUrl")
+    return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id), paths, embedding, url)
+
+
+def open_or_create(base: Path, kb_id: str) -> KnowledgeBase:
+    """The KB, creating its folder and a default config.json the first time it is named."""
+    try:
+        return load(base, kb_id)
+    except FileNotFoundError:
+        folder = base / check_kb_id(kb_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        config = KnowledgeBase(kb_id, folder, name=kb_id).to_json()
+        (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n",
+                                            encoding="utf-8")
+        return load(base, kb_id)
+
+
+def list_ids(base: Path) -> list[str]:
+    """KB ids under the base folder: folders that have a config.json."""
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if (p / "config.json").is_file())

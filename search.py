@@ -1,0 +1,194 @@
+"""Hybrid search over one knowledge base: a BM25 leg, a vector leg, fusion, merged hits.
+
+Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes nothing.
+
+- BM25 leg: FTS5 over segmented tokens (fulltext.bm25_search).
+- Vector leg: the KB's embedder over Chroma; a vector hit that SQLite does not hold as an
+  indexed chunk is dropped (SQLite is the record, Chroma may lag behind it).
+- Fusion: a convex combination of max-normalised BM25 and cosine similarity. Plain RRF (k=60,
+  ranks from 1) is offered too, but with a weak embedder it drags the stronger BM25 leg down
+  (see README, "Search quality"); the convex score does not.
+- Overlapping or adjacent chunks of one page merge into one hit with the union of their
+  lines, and no single source fills the whole top 5 while another source scores close.
+- `exact` mode: raw lines containing the query as a substring (names, codes, numbers).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Literal
+
+import fulltext
+
+# ---------------------------------------------------------------------------
+Mode = Literal["auto", "bm25", "vector", "exact"]
+Fusion = Literal["convex", "rrf"]
+CANDIDATES = 50  # chunks taken from each leg before fusion
+VECTOR_WEIGHT = 0.5  # convex fusion: score = (1-w) * bm25/max_bm25 + w * cosine
+RRF_K = 60  # reciprocal rank fusion constant (ranks start at 1)
+DIVERSITY_TOP = 5  # in the first 5 hits ...
+DIVERSITY_MAX_PER_SOURCE = 4  # ... at most 4 from one source, if another scores close
+DIVERSITY_CLOSE = 0.5  # "close" = at least this share of the best score
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Hit:
+    """One place to cite: a line range of one page, with how each leg ranked it."""
+
+    chunk_id: str
+    source: str
+    page: int
+    line_start: int
+    line_end: int
+    text: str
+    score: float
+    ranks: dict[str, int | None] = field(default_factory=dict)
+    chunk_ids: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"chunk_id": self.chunk_id, "source": self.source, "page": self.page,
+                "line_start": self.line_start, "line_end": self.line_end, "text": self.text,
+                "score": round(self.score, 6), "ranks": self.ranks,
+                "merged_chunk_ids": self.chunk_ids}
+
+
+@dataclass
+class Candidate:
+    row: sqlite3.Row
+    bm25: float = 0.0
+    cosine: float = 0.0
+    bm25_rank: int | None = None
+    vector_rank: int | None = None
+
+
+def fuse(candidates: list[Candidate], fusion: Fusion = "convex",
+         vector_weight: float = VECTOR_WEIGHT) -> list[tuple[Candidate, float]]:
+    """Order candidates by fused score, best first."""
+    if fusion == "rrf":
+        def score(c: Candidate) -> float:
+            return sum(1.0 / (RRF_K + r) for r in (c.bm25_rank, c.vector_rank) if r is not None)
+    else:
+        top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
+
+        def score(c: Candidate) -> float:
+            return (1 - vector_weight) * c.bm25 / top_bm25 + vector_weight * max(c.cosine, 0.0)
+    return sorted(((c, score(c)) for c in candidates), key=lambda pair: -pair[1])
+
+
+def _merge_into(hits: list[Hit], new: Hit) -> bool:
+    """Fold `new` into a kept hit of the same page whose lines touch it; True if merged."""
+    for hit in hits:
+        if (hit.source, hit.page) == (new.source, new.page) and \
+                new.line_start <= hit.line_end + 1 and hit.line_start <= new.line_end + 1:
+            hit.line_start = min(hit.line_start, new.line_start)
+            hit.line_end = max(hit.line_end, new.line_end)
+            hit.chunk_ids.append(new.chunk_id)
+            for leg, rank in new.ranks.items():
+                if rank is not None and (hit.ranks.get(leg) is None or rank < hit.ranks[leg]):
+                    hit.ranks[leg] = rank
+            return True
+    return False
+
+
+def _diversify(hits: list[Hit]) -> list[Hit]:
+    """Keep one source from filling the whole top 5 while another source scores close."""
+    top = hits[:DIVERSITY_TOP]
+    sources = [h.source for h in top]
+    crowded = next((s for s in set(sources) if sources.count(s) > DIVERSITY_MAX_PER_SOURCE), None)
+    if crowded is None:
+        return hits
+    best = hits[0].score
+    other = next((h for h in hits[DIVERSITY_TOP:]
+                  if h.source != crowded and h.score >= DIVERSITY_CLOSE * best), None)
+    if other is None:
+        return hits
+    rest = [h for h in hits if h is not other]
+    return rest[:DIVERSITY_TOP - 1] + [other] + rest[DIVERSITY_TOP - 1:]
+
+
+def _with_text(conn: sqlite3.Connection, hit: Hit) -> Hit:
+    """A merged hit's text is re-read from its raw lines, so it matches `read_range` exactly."""
+    if len(hit.chunk_ids) > 1:
+        lines = fulltext.page_lines(conn, hit.source, hit.page, hit.line_start, hit.line_end)
+        hit.text = "\n".join(text for _, text in lines)
+    return hit
+
+
+class Searcher:
+    """Search one KB. The embedder and Chroma are only touched by a vector or hybrid search."""
+
+    def __init__(self, conn: sqlite3.Connection, store=None, tokenize=None):
+        self.conn = conn
+        self.store = store  # chroma_store.ChromaStore, or None when no embedder is configured
+        if tokenize is None:
+            import segment
+
+            tokenize = segment.tokens
+        self.tokenize = tokenize
+
+    def search(self, query: str, top_k: int = 10, mode: Mode = "auto", source: str | None = None,
+               fusion: Fusion = "convex", vector_weight: float = VECTOR_WEIGHT) -> list[Hit]:
+        if mode == "exact":
+            return self._exact(query, top_k, source)
+        use_bm25 = mode in ("auto", "bm25")
+        use_vector = mode == "vector" or (mode == "auto" and self.store is not None)
+        if use_vector and self.store is None:
+            raise ValueError("this knowledge base has no embedder; use search_mode 'bm25'")
+        candidates: dict[str, Candidate] = {}
+        if use_bm25:
+            self._bm25_leg(query, source, candidates)
+        if use_vector:
+            self._vector_leg(query, source, candidates)
+        if use_bm25 and use_vector:
+            ranked = fuse(list(candidates.values()), fusion, vector_weight)
+        else:
+            ranked = sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
+                            key=lambda pair: -pair[1])
+        hits: list[Hit] = []
+        for cand, score in ranked:
+            row = cand.row
+            hit = Hit(row["chunk_id"], row["source"], row["page"], row["line_start"],
+                      row["line_end"], row["text"], score,
+                      {"bm25": cand.bm25_rank, "vector": cand.vector_rank}, [row["chunk_id"]])
+            if not _merge_into(hits, hit):
+                hits.append(hit)
+            if len(hits) >= top_k + DIVERSITY_TOP:
+                break
+        return [_with_text(self.conn, h) for h in _diversify(hits)[:top_k]]
+
+    def _bm25_leg(self, query: str, source: str | None, out: dict[str, Candidate]) -> None:
+        for rank, (row, score) in enumerate(
+                fulltext.bm25_search(self.conn, self.tokenize(query), CANDIDATES, source), 1):
+            out[row["chunk_id"]] = Candidate(row, bm25=score, bm25_rank=rank)
+
+    def _vector_leg(self, query: str, source: str | None, out: dict[str, Candidate]) -> None:
+        embedding = self.store.embed([query])[0]
+        found = self.store.query(embedding, CANDIDATES, {"source": source} if source else None)
+        rows = fulltext.chunks_by_id(self.conn, [cid for cid, _ in found])
+        rank = 0
+        for chunk_id, similarity in found:
+            row = rows.get(chunk_id)
+            if row is None or row["embed_state"] != "indexed":
+                continue  # Chroma lags or leads SQLite; SQLite decides
+            rank += 1
+            cand = out.setdefault(chunk_id, Candidate(row))
+            cand.cosine, cand.vector_rank = similarity, rank
+
+    def _exact(self, query: str, top_k: int, source: str | None) -> list[Hit]:
+        """Matching raw lines; consecutive matching lines of a page become one hit."""
+        hits: list[Hit] = []
+        for rank, row in enumerate(fulltext.exact_search(self.conn, query, top_k * 4, source), 1):
+            last = hits[-1] if hits else None
+            if last and (last.source, last.page) == (row["source"], row["page"]) \
+                    and last.line_end + 1 == row["line"]:
+                last.line_end = row["line"]
+                last.text += "\n" + row["text"]
+                continue
+            if len(hits) == top_k:
+                break
+            chunk_id = f"line:{row['source']}:{row['page']}:{row['line']}"
+            hits.append(Hit(chunk_id, row["source"], row["page"], row["line"], row["line"],
+                            row["text"], 1.0, {"exact": rank}, []))
+        return hits

@@ -1,0 +1,196 @@
+"""linecite's MCP server: find where something is said, then read those exact lines.
+
+    python server.py                                   # stdio, for Claude Desktop, Cursor, ...
+    python server.py --transport http --port 8000      # streamable HTTP on 127.0.0.1
+    LINECITE_HTTP_TOKEN=... python server.py --transport http --host 0.0.0.0
+
+Serves every knowledge base under the base folder (`--base-path`, else LINECITE_HOME, else
+the user data folder). Tools are thin: each calls one Library method (library.py). Kiwi,
+jieba, the embedder and Chroma load on the first call that needs them, so tools are listed
+about a second after spawn. Nothing but protocol is written to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import anyio
+from fastmcp import Context, FastMCP
+from fastmcp.exceptions import ToolError
+from fastmcp.server.lifespan import lifespan
+from pydantic import Field
+
+import kb as kbmod
+from library import Library, UserError
+
+# ---------------------------------------------------------------------------
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # bearer token; required when binding a non-loopback address
+BASE_PATH: Path | None = None  # set by main() from --base-path
+# ---------------------------------------------------------------------------
+
+READ_ONLY = {"readOnlyHint": True, "openWorldHint": False}
+KbId = Annotated[str | None, Field(description="Knowledge base id (see list_knowledge_bases); "
+                                               "may be left out when there is only one")]
+
+
+@lifespan
+async def open_library(server: FastMCP):
+    library = Library(BASE_PATH or kbmod.default_base_path())
+    try:
+        yield {"library": library}
+    finally:
+        library.close()
+
+
+mcp = FastMCP(
+    "linecite",
+    instructions="Search local documents and cite them. Call `search` to find where something "
+                 "is said (source, page, line_start, line_end), then `read_range` to read those "
+                 "exact lines before quoting them. Cite as: source, page, lines.",
+    lifespan=open_library,
+)
+
+
+async def call(ctx: Context, method: str, *args: Any) -> Any:
+    """Run a Library method off the event loop; a UserError becomes a ToolError the agent reads."""
+    library: Library = ctx.lifespan_context["library"]
+    try:
+        return await anyio.to_thread.run_sync(getattr(library, method), *args)
+    except (UserError, kbmod.ConfigError, FileNotFoundError) as err:
+        raise ToolError(str(err)) from None
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def list_knowledge_bases(ctx: Context) -> dict:
+    """List the knowledge bases: id, name, counts, index status and embedder."""
+    return {"knowledge_bases": await call(ctx, "list_knowledge_bases")}
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def search(
+    ctx: Context,
+    query: Annotated[str, Field(description="What to look for: words, a question, a name or a "
+                                            "number")],
+    top_k: Annotated[int, Field(ge=1, le=50, description="How many hits to return (1-50)")] = 10,
+    search_mode: Annotated[Literal["auto", "bm25", "vector", "exact"], Field(
+        description="auto: keywords and meaning combined; bm25: keywords; vector: meaning; "
+                    "exact: lines containing the query as written (names, codes, numbers)")
+    ] = "auto",
+    kb_id: KbId = None,
+    source: Annotated[str | None, Field(description="Only search this source (a name from "
+                                                    "list_sources)")] = None,
+) -> dict:
+    """Find where something is said: hits with source, page, line_start, line_end and text.
+
+    Read a hit's exact lines with read_range(source, page, line_start, line_end) before citing.
+    """
+    return await call(ctx, "search", query, top_k, search_mode, kb_id, source)
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def read_range(
+    ctx: Context,
+    source: Annotated[str, Field(description="Source name, as in a search hit")],
+    page: Annotated[int, Field(ge=1, description="Page number (1-based), as in a search hit")],
+    line_start: Annotated[int, Field(ge=1, description="First line (1-based)")] = 1,
+    line_end: Annotated[int, Field(ge=-1, description="Last line; -1 for the end of the "
+                                                      "page")] = -1,
+    context: Annotated[int, Field(ge=0, le=50, description="Extra lines each side")] = 0,
+    kb_id: KbId = None,
+) -> dict:
+    """Read exact numbered lines of one page of an indexed source, to quote and cite them."""
+    return await call(ctx, "read_range", source, page, line_start, line_end, context, kb_id)
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def get_document_chunk(
+    ctx: Context,
+    chunk_id: Annotated[str, Field(description="A chunk_id from a search hit")],
+    kb_id: KbId = None,
+) -> dict:
+    """Get one chunk with its lines and the ids of the chunks before and after it."""
+    return await call(ctx, "get_document_chunk", chunk_id, kb_id)
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def list_sources(ctx: Context, kb_id: KbId = None) -> dict:
+    """List indexed sources: pages, chunks, parser, state, error and when each was indexed."""
+    return await call(ctx, "list_sources", kb_id)
+
+
+@mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
+                       "destructiveHint": False, "openWorldHint": False})
+async def ingest_file(
+    ctx: Context,
+    path: Annotated[str, Field(description="Absolute path of a file inside a folder the "
+                                           "knowledge base allows (its sourcePaths)")],
+    source_name: Annotated[str | None, Field(description="Name to cite it by (default: the "
+                                                         "file name)")] = None,
+    kb_id: KbId = None,
+) -> dict:
+    """Index (or re-index) one file; unchanged files are skipped. Returns the run's summary."""
+    def report(done: int, total: int, message: str) -> None:
+        anyio.from_thread.run(ctx.report_progress, done, total, message)
+
+    return await call(ctx, "ingest_file", path, source_name, kb_id, report)
+
+
+# ---------------------------------------------------------------------------
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def http_auth(host: str):
+    """Bearer-token auth from TOKEN_ENV; refuse to serve a non-loopback address without it."""
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        if not is_loopback(host):
+            raise SystemExit(f"linecite: refusing to listen on {host} without a token; set "
+                             f"{TOKEN_ENV} to a long random string (clients send it as "
+                             "'Authorization: Bearer <token>'), or bind 127.0.0.1")
+        return None
+    from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
+
+    return StaticTokenVerifier(tokens={token: {"client_id": "linecite", "scopes": []}})
+
+
+def main(argv: list[str] | None = None) -> None:
+    global BASE_PATH
+    parser = argparse.ArgumentParser(description="linecite MCP server")
+    parser.add_argument("--transport", choices=["stdio", "http"],
+                        default=os.environ.get("LINECITE_TRANSPORT", "stdio"))
+    parser.add_argument("--host", default=os.environ.get("LINECITE_HOST", DEFAULT_HOST))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("LINECITE_PORT",
+                                                                       DEFAULT_PORT)))
+    parser.add_argument("--base-path", type=Path, default=None,
+                        help="folder holding all KBs (default: $LINECITE_HOME or user data)")
+    args = parser.parse_args(argv)
+    BASE_PATH = args.base_path
+    if args.transport == "stdio":
+        mcp.run("stdio", show_banner=False)
+        return
+    mcp.auth = http_auth(args.host)
+    print(f"linecite: serving MCP on http://{args.host}:{args.port}/mcp", file=sys.stderr)
+    # Host check: on loopback it stops DNS rebinding. Off loopback a token is required, which
+    # a rebinding page cannot send, and clients reach the machine by names and addresses we
+    # cannot list (0.0.0.0 is never a Host header), so any Host is let through. A foreign
+    # browser Origin is refused either way.
+    mcp.run("http", show_banner=False, host=args.host, port=args.port,
+            host_origin_protection=True,
+            allowed_hosts=None if is_loopback(args.host) else ["*"])
+
+
+if __name__ == "__main__":
+    main()

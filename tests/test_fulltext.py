@@ -1,0 +1,123 @@
+"""fulltext.sqlite3: replacing sources, embedding state, tombstones, exact search, read-only use."""
+
+import sqlite3
+
+import pytest
+
+import chunking
+import fulltext
+
+
+def src(name: str, sha: str = "h1") -> fulltext.SourceFile:
+    return fulltext.SourceFile(name, f"/docs/{name}", sha, 10, 1.0)
+
+
+def add(conn, name: str, pages: list[list[str]], sha: str = "h1") -> int:
+    chunks = chunking.chunk_pages(name, pages, [set() for _ in pages], str.split)
+    return fulltext.replace_source(conn, src(name, sha), "test", pages, chunks)
+
+
+@pytest.fixture
+def conn(tmp_path):
+    c = fulltext.connect(tmp_path / fulltext.FILENAME)
+    yield c
+    c.close()
+
+
+def test_new_index_is_wal_and_versioned(tmp_path, conn):
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == fulltext.SCHEMA_VERSION
+
+
+def test_replace_keeps_every_raw_line_and_reports_pending(conn):
+    pending = add(conn, "a.txt", [["first line", "", "third line"], ["page two"]])
+    assert pending == 2
+    assert fulltext.page_lines(conn, "a.txt", 1) == [(1, "first line"), (2, ""), (3, "third line")]
+    assert fulltext.page_lines(conn, "a.txt", 2, 1, 1) == [(1, "page two")]
+    assert fulltext.page_count(conn, "a.txt") == 2
+    row = fulltext.source_row(conn, "a.txt")
+    assert (row["state"], row["pages"], row["parser"]) == ("pending", 2, "test")
+
+
+def test_changed_source_keeps_embedded_state_of_unchanged_chunks_and_tombstones_the_rest(conn):
+    add(conn, "a.txt", [["alpha"], ["beta"]])
+    fulltext.set_embed_state(conn, fulltext.all_chunk_ids(conn), "indexed")
+    old_ids = fulltext.all_chunk_ids(conn)
+    pending = add(conn, "a.txt", [["alpha"], ["beta changed"]], sha="h2")
+    assert pending == 1
+    new_ids = fulltext.all_chunk_ids(conn)
+    assert len(new_ids & old_ids) == 1
+    assert set(fulltext.tombstones(conn)) == old_ids - new_ids
+    assert fulltext.count_pending(conn) == 1
+    fulltext.set_embed_state(conn, new_ids - old_ids, "indexed")
+    fulltext.promote_sources(conn)
+    assert fulltext.source_row(conn, "a.txt")["state"] == "ready"
+
+
+def test_failure_of_a_known_source_keeps_its_content(conn):
+    add(conn, "a.txt", [["alpha"]])
+    assert fulltext.record_failure(conn, src("a.txt", "h2"), "corrupt", "bad bytes") == "degraded"
+    row = fulltext.source_row(conn, "a.txt")
+    assert row["state"] == "degraded" and row["error"].startswith("corrupt: bad bytes")
+    assert fulltext.page_lines(conn, "a.txt", 1) == [(1, "alpha")]
+    assert fulltext.record_failure(conn, src("new.pdf"), "empty", "no pages") == "failed"
+    assert fulltext.source_row(conn, "new.pdf")["state"] == "failed"
+
+
+def test_delete_source_removes_lines_chunks_and_index_rows(conn):
+    add(conn, "a.txt", [["alpha beta"]])
+    ids = fulltext.all_chunk_ids(conn)
+    fulltext.delete_source(conn, "a.txt")
+    assert fulltext.counts(conn)["lines"] == 0 and fulltext.counts(conn)["chunks"] == 0
+    assert set(fulltext.tombstones(conn)) == ids
+    assert fulltext.bm25_search(conn, ["alpha"], 10) == []
+    assert fulltext.exact_search(conn, "alpha", 10) == []
+
+
+def test_exact_search_finds_one_two_and_longer_strings(conn):
+    add(conn, "ko.txt", [["배포 일정은 3월", "담당: 김", "ID X7-42 확인"]])
+    add(conn, "zh.txt", [["我们研究人工智能技术"]])
+    found = lambda needle: [(r["source"], r["page"], r["line"])  # noqa: E731
+                            for r in fulltext.exact_search(conn, needle, 10)]
+    assert found("김") == [("ko.txt", 1, 2)]
+    assert found("배포") == [("ko.txt", 1, 1)]
+    assert found("智能") == [("zh.txt", 1, 1)]
+    assert found("x7-42") == [("ko.txt", 1, 3)]  # case-insensitive, punctuation kept
+    assert found("人工智能技") == [("zh.txt", 1, 1)]
+    assert found('"') == []
+    assert found("no such") == []
+    assert [r["line"] for r in fulltext.exact_search(conn, "일정", 10, source="zh.txt")] == []
+
+
+def test_bm25_ranks_the_matching_chunk_first_and_survives_fts_syntax(conn):
+    add(conn, "a.txt", [["the deployment schedule for march"]])
+    add(conn, "b.txt", [["a note about lunch"]])
+    hits = fulltext.bm25_search(conn, ["deployment", "schedule"], 10)
+    assert [row["source"] for row, _ in hits] == ["a.txt"]
+    assert hits[0][1] > 0
+    # tokens that are FTS5 operators or carry quotes are searched as words, not syntax
+    assert fulltext.bm25_search(conn, ["NOT", "OR", 'a"b', "AND"], 10) == []
+    assert fulltext.quote_fts(["a", "a", 'b"c']) == '"a" OR "b""c"'
+
+
+def test_readonly_connection_reads_but_cannot_write(tmp_path, conn):
+    add(conn, "a.txt", [["alpha"]])
+    ro = fulltext.connect(tmp_path / fulltext.FILENAME, readonly=True)
+    assert fulltext.page_lines(ro, "a.txt", 1) == [(1, "alpha")]
+    with pytest.raises(sqlite3.OperationalError):
+        ro.execute("DELETE FROM sources")
+    ro.close()
+
+
+def test_newer_schema_is_refused_with_advice(tmp_path):
+    path = tmp_path / fulltext.FILENAME
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA user_version = 99")
+    raw.close()
+    with pytest.raises(fulltext.SchemaError, match="update linecite"):
+        fulltext.connect(path)
+
+
+def test_readonly_open_of_missing_index_says_how_to_create_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="ingest.py"):
+        fulltext.connect(tmp_path / "nothing.sqlite3", readonly=True)
