@@ -4,6 +4,8 @@ Reads the eval material in ../shared/eval (never copied into the repo); writes n
 Each section is a subcommand and a function; others add theirs (ingest, search) the same way.
 
     python benchmark.py extract [--dir DIR] [--workers N] [--limit N]
+    python benchmark.py ingest [--dir DIR] [--limit N] [--base BASE]
+    python benchmark.py search --base BASE [--queries N]
 
 `extract` times extract.extract() (the pypdfium2 > pdfminer > pypdf chain) against plain
 pypdf over every PDF in DIR (default: the FinanceBench subset, 36 SEC filings) and prints
@@ -14,16 +16,22 @@ the target (30 pages/s on 2 cores) is met if one process falls short.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 # -----------------------------------------------------------------------------
-SHARED = Path(__file__).resolve().parent.parent / "shared"  # the team's corpus and eval sets
+REPO = Path(__file__).resolve().parent
+SHARED = REPO.parent / "shared"  # the team's corpus and eval sets
 EXTRACT_DIR = SHARED / "eval" / "en" / "financebench-subset" / "pdfs"  # 36 real 10-K/10-Q PDFs
 TARGET_PAGES_PER_SECOND = 30.0  # what ingestion must sustain on 2 cores
+MEMORY_BUDGET = 2**30  # peak resident memory of an ingest: under 1 GB
 # -----------------------------------------------------------------------------
 
 
@@ -111,6 +119,123 @@ def bench_extract(pdf_dir: Path, workers: int, limit: int | None) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- ingest
+
+
+def _peak_rss(proc: subprocess.Popen) -> int:
+    """Wait for a process, sampling the resident memory of it and its children; peak bytes."""
+    import psutil
+
+    peak = 0
+    watched = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            tree = [watched, *watched.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree))
+        except psutil.Error:
+            pass
+        time.sleep(0.2)
+    return peak
+
+
+def _measured_run(args: list[str]) -> tuple[float, int, str]:
+    """(seconds, peak RSS bytes, stdout) of one Python subprocess."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, text=True,
+                            encoding="utf-8")
+    peak = _peak_rss(proc)
+    out = proc.stdout.read() if proc.stdout else ""
+    return time.perf_counter() - start, peak, out
+
+
+def bench_ingest(pdf_dir: Path, limit: int | None, base: Path | None) -> int:
+    """Index a folder of PDFs end to end (extract, chunk, embed, Chroma) and print its cost."""
+    if not pdf_dir.is_dir():
+        print(f"no folder {pdf_dir}; pass --dir with a folder of PDFs", file=sys.stderr)
+        return 2
+    base = base or Path(tempfile.mkdtemp(prefix="linecite-bench-"))
+    source = pdf_dir
+    if limit:
+        source = base / "input"
+        source.mkdir(parents=True, exist_ok=True)
+        for path in sorted(pdf_dir.glob("*.pdf"))[:limit]:
+            shutil.copy2(path, source / path.name)
+    floor_code = ("import chroma_store, fulltext, segment; chroma_store.embedder_for(None)(['x']);"
+                  "segment.tokens('배포 人工智能 x')")
+    _, floor, _ = _measured_run(["-c", floor_code])
+    seconds, peak, out = _measured_run([str(REPO / "ingest.py"), str(source), "--base-path",
+                                        str(base), "--quiet"])
+    summary = json.loads(out)
+    print(f"ingest: {summary['indexed']} files, {summary['pages']} pages, {summary['chunks']} "
+          f"chunks, {summary['embedded']} embedded in {seconds:.1f} s -> base {base}")
+    print(f"  {summary['pages'] / seconds:.1f} pages/s, {summary['embedded'] / seconds:.1f} "
+          "chunks/s end to end")
+    print(f"  peak memory {peak / 2**20:.0f} MB (budget {MEMORY_BUDGET / 2**20:.0f} MB: "
+          f"{'met' if peak < MEMORY_BUDGET else 'NOT met'}); baseline, the models and stores "
+          f"alone: {floor / 2**20:.0f} MB; ratio {peak / max(floor, 1):.2f}x")
+    return 0
+
+
+# ----------------------------------------------------------------------------- search
+
+
+def _time_to_tools(base: Path) -> float:
+    """Seconds from spawning `python server.py` to its answer to tools/list."""
+    import anyio
+    from fastmcp import Client
+    from fastmcp.client.transports import StdioTransport
+
+    async def once() -> float:
+        start = time.perf_counter()
+        transport = StdioTransport(command=sys.executable,
+                                   args=[str(REPO / "server.py"), "--base-path", str(base)])
+        async with Client(transport) as client:
+            await client.list_tools()
+            return time.perf_counter() - start
+
+    return anyio.run(once)
+
+
+def _latencies(searcher, queries: list[str], mode: str) -> list[float]:
+    out = []
+    for query in queries:
+        start = time.perf_counter()
+        searcher.search(query, 10, mode)
+        out.append(1000 * (time.perf_counter() - start))
+    return sorted(out)
+
+
+def _pct(values: list[float], share: float) -> float:
+    return values[min(len(values) - 1, int(share * len(values)))]
+
+
+def bench_search(base: Path, kb_id: str, n_queries: int) -> int:
+    """Spawn-to-tools/list time and search latency (p50, p95) on an indexed KB."""
+    import library
+
+    questions = SHARED / "eval" / "en" / "financebench-subset" / "questions_subset.jsonl"
+    if not (base / kb_id / "fulltext.sqlite3").exists() or not questions.exists():
+        print(f"needs an index at {base / kb_id} (run `benchmark.py ingest --base {base}`) and "
+              f"{questions}", file=sys.stderr)
+        return 2
+    starts = sorted(_time_to_tools(base) for _ in range(5))
+    python_only = min(_measured_run(["-c", "pass"])[0] for _ in range(5))
+    print(f"startup: spawn to tools/list median {starts[2]:.2f} s (best {starts[0]:.2f} s, "
+          f"target < 1.5 s); bare python spawn {python_only:.2f} s")
+    with questions.open(encoding="utf-8") as handle:
+        queries = [json.loads(line)["question"] for line in handle][:n_queries]
+    lib = library.Library(base)
+    searcher = lib.searcher(kb_id)
+    _latencies(searcher, queries[:3], "auto")  # load Kiwi, jieba, the embedder and Chroma
+    for mode in ("bm25", "vector", "auto"):
+        times = _latencies(searcher, queries, mode)
+        print(f"  {mode:6} p50 {_pct(times, 0.5):6.1f} ms  p95 {_pct(times, 0.95):6.1f} ms "
+              f"over {len(times)} queries")
+    print("  targets for auto (hybrid): p50 < 100 ms, p95 < 250 ms; bm25 is the baseline")
+    lib.close()
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -122,6 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--workers", type=int, default=1, help="processes (spawn pool when > 1)")
     ex.add_argument("--limit", type=int, default=None, help="time only the first N PDFs")
     ex.set_defaults(run=lambda a: bench_extract(a.dir, max(1, a.workers), a.limit))
+    ing = sections.add_parser("ingest", help="end-to-end ingest: time and peak memory")
+    ing.add_argument("--dir", type=Path, default=EXTRACT_DIR, help="folder of PDFs to index")
+    ing.add_argument("--limit", type=int, default=None, help="index only the first N PDFs")
+    ing.add_argument("--base", type=Path, default=None, help="base folder to index into")
+    ing.set_defaults(run=lambda a: bench_ingest(a.dir, a.limit, a.base))
+    se = sections.add_parser("search", help="startup time and search latency on an index")
+    se.add_argument("--base", type=Path, required=True, help="base folder `ingest` filled")
+    se.add_argument("--kb", default="default", help="knowledge base id")
+    se.add_argument("--queries", type=int, default=58, help="how many FinanceBench questions")
+    se.set_defaults(run=lambda a: bench_search(a.base, a.kb, a.queries))
     args = parser.parse_args(argv)
     return args.run(args)
 

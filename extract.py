@@ -39,7 +39,8 @@ NOISE_MIN_PAGES = 3  # ...and of at least this many pages
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
 # -----------------------------------------------------------------------------
 
-REASONS = ("not-found", "unsupported-format", "password-protected", "corrupt", "empty", "binary")
+REASONS = ("not-found", "unsupported-format", "password-protected", "corrupt", "empty", "binary",
+           "too-large")
 
 
 @dataclass
@@ -338,6 +339,52 @@ def extract_text(path: Path) -> Extracted:
 
 
 # ----------------------------------------------------------------------------- dispatch
+
+# ----------------------------------------------------------------------------- zip-based formats
+
+ZIP_MAX_TOTAL = 2 * 2**30  # uncompressed bytes a zip-based document may hold in all
+ZIP_MAX_MEMBER = 512 * 2**20  # ... and in one entry
+ZIP_MAX_ENTRIES = 20_000  # entries in one document
+ZIP_MAX_RATIO = 200  # uncompressed/compressed for one entry bigger than 1 MB
+
+
+def check_zip(path: Path) -> None:
+    """Refuse zip bombs before any parser inflates them: sizes, entry count, ratio.
+
+    DOCX, XLSX, PPTX, HWPX and OFD are zip files; their parsers trust the archive, so the
+    sizes its directory declares are checked here first.
+    """
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+        detail = (f"{path.name} is not a valid {path.suffix} file (its zip container is "
+                  f"damaged: {exc}); re-save it and retry.")
+        raise ExtractError("corrupt", detail) from exc
+    total = sum(m.file_size for m in members)
+    worst = max(members, key=lambda m: m.file_size, default=None)
+    bomb = (len(members) > ZIP_MAX_ENTRIES or total > ZIP_MAX_TOTAL
+            or (worst is not None and worst.file_size > ZIP_MAX_MEMBER)
+            or any(m.file_size > 2**20 and m.file_size > ZIP_MAX_RATIO * max(m.compress_size, 1)
+                   for m in members))
+    if bomb:
+        raise ExtractError("too-large", f"{path.name} would unpack to {total / 2**20:.0f} MB in "
+                                        f"{len(members)} entries, past the safety limits "
+                                        "(possible zip bomb); it was not opened.")
+
+
+def _lazy(module: str, function: str) -> Callable[[Path], Extracted]:
+    """An extractor living in another module, imported on first use (keeps start-up fast)."""
+
+    def run(path: Path) -> Extracted:
+        import importlib
+
+        return getattr(importlib.import_module(module), function)(path)
+
+    return run
+
 
 EXTRACTORS: dict[str, Callable[[Path], Extracted]] = {".pdf": extract_pdf}
 EXTRACTORS.update({suffix: extract_text for suffix in TEXT_SUFFIXES})

@@ -139,13 +139,14 @@ class Indexer:
         """Embed every pending chunk in batches; a failing batch is halved until the bad chunk
         is isolated and marked failed, so one bad chunk never blocks the rest."""
         total = fulltext.count_pending(self.conn)
-        done = 0
+        done = seen = 0
         with _progress(None, total, "embedding", self.progress and total > 0) as bar:
             while rows := fulltext.pending_chunks(self.conn, EMBED_BATCH):
                 done += self._embed_batch(rows)
+                seen += len(rows)
                 bar.update(len(rows))
                 if self.report:
-                    self.report(bar.n, total, "embedding chunks")
+                    self.report(seen, total, "embedding chunks")
                 _pause_point("mid-embedding")
         fulltext.promote_sources(self.conn)
         self._forget(fulltext.tombstones(self.conn))
@@ -240,6 +241,8 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
                 report(done, len(files), f"indexing {name}")
             indexer.index_file(path, name, summary, force=force)
             summary.embedded += indexer.embed_pending()
+        if report:
+            report(len(files), len(files), "done")
         summary.fulltext = {"path": str(kb.fulltext_path), **fulltext.counts(indexer.conn)}
     finally:
         indexer.close()

@@ -109,10 +109,10 @@ def _diversify(hits: list[Hit]) -> list[Hit]:
 
 
 def _with_text(conn: sqlite3.Connection, hit: Hit) -> Hit:
-    """A merged hit's text is re-read from its raw lines, so it matches `read_range` exactly."""
-    if len(hit.chunk_ids) > 1:
-        lines = fulltext.page_lines(conn, hit.source, hit.page, hit.line_start, hit.line_end)
-        hit.text = "\n".join(text for _, text in lines)
+    """A hit's text is re-read from its raw lines, so it matches `read_range` exactly: merged
+    hits span several chunks, and a piece of an over-long line is cited as the whole line."""
+    lines = fulltext.page_lines(conn, hit.source, hit.page, hit.line_start, hit.line_end)
+    hit.text = "\n".join(text for _, text in lines)
     return hit
 
 
@@ -148,6 +148,8 @@ class Searcher:
                             key=lambda pair: -pair[1])
         hits: list[Hit] = []
         for cand, score in ranked:
+            if score <= 0:
+                break  # what neither leg supports is not a hit
             row = cand.row
             hit = Hit(row["chunk_id"], row["source"], row["page"], row["line_start"],
                       row["line_end"], row["text"], score,
