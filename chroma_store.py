@@ -258,6 +258,21 @@ class ChromaStore:
         """Number of chunks in the collection."""
         return self._open().count()
 
+    def reset(self) -> None:
+        """Drop the collection, so the next use starts an empty one with the current embedder:
+        a new model's vectors cannot sit beside the old ones, and Chroma refuses a collection
+        whose stored embedding function differs from the one offered."""
+        from chromadb.errors import NotFoundError
+
+        self.close()
+        client = self._connect()
+        try:
+            client.delete_collection(self.name)
+        except (NotFoundError, ValueError):
+            pass  # nothing to drop
+        finally:
+            client.close()
+
     def close(self) -> None:
         """Release the client; embedded mode then closes its files (Windows can move them)."""
         if self._client is not None:

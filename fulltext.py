@@ -276,6 +276,13 @@ def set_embed_state(conn: sqlite3.Connection, chunk_ids: Iterable[str], state: s
                          ((state, error, cid) for cid in chunk_ids))
 
 
+def set_all_pending(conn: sqlite3.Connection) -> None:
+    with conn:
+        conn.execute("UPDATE chunks SET embed_state = 'pending', embed_error = NULL")
+        conn.execute("UPDATE sources SET state = 'pending' WHERE state IN ('ready', 'degraded')"
+                     " AND pages > 0")
+
+
 def indexed_chunk_ids(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE embed_state = 'indexed'")}
 

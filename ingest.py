@@ -3,6 +3,7 @@
     python ingest.py report.pdf                 # index one file into the `default` KB
     python ingest.py docs/ --kb manuals         # index a folder into KB `manuals`
     python ingest.py notes.txt "Meeting notes"  # choose the source name agents will cite
+    python ingest.py --kb manuals               # sync KB `manuals` with its sourcePaths folders
 
 Files -> extract (extract.py) -> chunk (chunking.py) -> one SQLite transaction with the
 source's lines and chunks (fulltext.py) -> embed pending chunks -> Chroma (chroma_store.py)
@@ -45,12 +46,29 @@ class Summary:
     lines: int = 0
     chunks: int = 0
     embedded: int = 0
+    deleted: int = 0
+    cancelled: bool = False
     skipped: list[dict] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
     fulltext: dict = field(default_factory=dict)
 
 
 Report = Callable[[int, int, str], None]  # (done, total, message): MCP progress notifications
+
+
+@dataclass
+class SyncPlan:
+    """What a folder sync would do; `check_changes` shows it without doing it."""
+
+    added: list[tuple[Path, str]] = field(default_factory=list)
+    modified: list[tuple[Path, str]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+    def to_json(self) -> dict:
+        return {"added": [name for _, name in self.added],
+                "modified": [name for _, name in self.modified],
+                "deleted": self.deleted, "unchanged": self.unchanged}
 
 
 class EmbedderUnavailable(RuntimeError):
@@ -86,6 +104,40 @@ def discover(targets: list[Path], source_name: str | None = None) -> Iterator[tu
                     yield path, f"{target.resolve().name}/{path.relative_to(target).as_posix()}"
         else:
             yield target, source_name or target.name
+
+
+def _changed(row, path: Path) -> bool:
+    """Whether a file differs from its indexed row: size and mtime first, SHA-256 to confirm."""
+    stat = path.stat()
+    if (row["size"], row["mtime"]) == (stat.st_size, stat.st_mtime):
+        return False
+    return row["sha256"] != sha256_file(path)
+
+
+def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
+    """Compare the KB's folders with what is indexed; reads files' metadata, calls no model."""
+    folders = [Path(p).expanduser().resolve() for p in kb.source_paths]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        raise kbmod.ConfigError(f"{kb.folder / 'config.json'}: field 'sourcePaths' names "
+                                f"folders that do not exist: {', '.join(missing)}")
+    plan = SyncPlan()
+    seen: set[str] = set()
+    for path, name in discover(folders):
+        seen.add(name)
+        row = fulltext.source_row(conn, name)
+        if row is None:
+            plan.added.append((path, name))
+        elif force or row["state"] == "failed" or _changed(row, path):
+            plan.modified.append((path, name))
+        else:
+            plan.unchanged += 1
+    for source in fulltext.list_sources(conn):
+        path = Path(source["path"] or "")
+        inside = any(path.is_relative_to(folder) for folder in folders)
+        if inside and source["name"] not in seen and not path.exists():
+            plan.deleted.append(source["name"])
+    return plan
 
 
 def _progress(iterable, total: int, desc: str, enabled: bool):
@@ -228,31 +280,88 @@ class Indexer:
                                "detail": detail, "state": state})
 
 
-def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None = None,
-           force: bool = False, progress: bool = False, report: Report | None = None) -> Summary:
-    """Index files and folders into a KB and return what happened."""
+    def index_all(self, files: list[tuple[Path, str]], summary: Summary, force: bool,
+                  should_stop: Callable[[], bool] | None = None) -> None:
+        """Index files one by one, embedding after each; stop cleanly between files if asked."""
+        for done, (path, name) in enumerate(_progress(files, len(files), "files", self.progress)):
+            if should_stop and should_stop():
+                summary.cancelled = True
+                break
+            if self.report:
+                self.report(done, len(files), f"indexing {name}")
+            self.index_file(path, name, summary, force=force)
+            summary.embedded += self.embed_pending()
+        if self.report:
+            self.report(len(files), len(files), "cancelled" if summary.cancelled else "done")
+
+    def reset_embeddings(self) -> None:
+        """Forget every vector (a new embedder, or a forced re-embed): all chunks to pending."""
+        self.store.reset()
+        fulltext.set_all_pending(self.conn)
+
+
+def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], progress: bool,
+         report: Report | None) -> Summary:
+    """Open the KB's writer, reconcile, do the work, and summarise."""
     summary = Summary(kb=kb.id)
     indexer = Indexer(kb, progress=progress, report=report)
     try:
         summary.embedded += indexer.reconcile()
-        files = list(discover(targets, source_name))
-        for done, (path, name) in enumerate(_progress(files, len(files), "files", progress)):
-            if report:
-                report(done, len(files), f"indexing {name}")
-            indexer.index_file(path, name, summary, force=force)
-            summary.embedded += indexer.embed_pending()
-        if report:
-            report(len(files), len(files), "done")
+        work(indexer, summary)
         summary.fulltext = {"path": str(kb.fulltext_path), **fulltext.counts(indexer.conn)}
     finally:
         indexer.close()
     return summary
 
 
+def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None = None,
+           force: bool = False, progress: bool = False, report: Report | None = None) -> Summary:
+    """Index files and folders into a KB and return what happened."""
+    def work(indexer: Indexer, summary: Summary) -> None:
+        indexer.index_all(list(discover(targets, source_name)), summary, force)
+
+    return _run(kb, work, progress, report)
+
+
+SCOPES = ("embedding", "contextualization", "full")  # each includes the ones before it
+
+
+def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
+         progress: bool = False, report: Report | None = None,
+         should_stop: Callable[[], bool] | None = None) -> Summary:
+    """Bring a KB in line with its sourcePaths folders.
+
+    `full`: index new and changed files, drop deleted ones (force: re-extract every file).
+    `embedding` (and `contextualization`, which adds nothing until a contextualizer is
+    configured): embed every chunk again, for instance after the embedder changed.
+    """
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+    if scope == "full" and not kb.source_paths:
+        raise kbmod.ConfigError(f"knowledge base {kb.id!r} has no folders to sync; add them to "
+                                f"'sourcePaths' in {kb.folder / 'config.json'}, or index a "
+                                f"file or folder with `python ingest.py PATH --kb {kb.id}`")
+
+    def work(indexer: Indexer, summary: Summary) -> None:
+        if scope != "full" or force:
+            indexer.reset_embeddings()
+        if scope == "full":
+            plan = plan_sync(indexer.conn, kb, force)
+            for name in plan.deleted:
+                fulltext.delete_source(indexer.conn, name)
+                summary.deleted += 1
+            summary.unchanged += plan.unchanged
+            indexer.index_all(plan.added + plan.modified, summary, force, should_stop)
+        summary.embedded += indexer.embed_pending()
+
+    return _run(kb, work, progress, report)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Index files into a linecite knowledge base (JSON summary on stdout).")
-    parser.add_argument("path", type=Path, help="a file or a folder to index")
+    parser.add_argument("path", type=Path, nargs="?",
+                        help="a file or a folder to index (default: sync the KB's sourcePaths)")
     parser.add_argument("source_name", nargs="?",
                         help="the name agents cite for this file (default: its file name)")
     parser.add_argument("--kb", default=kbmod.DEFAULT_KB,
@@ -263,13 +372,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="re-extract even unchanged files")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
-    if args.source_name and args.path.is_dir():
+    if args.source_name and (args.path is None or args.path.is_dir()):
         parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
     base = args.base_path or kbmod.default_base_path()
     try:
         kb = kbmod.open_or_create(base, args.kb)
-        summary = ingest(kb, [args.path], args.source_name, force=args.force,
-                         progress=not args.quiet)
+        if args.path is None:
+            summary = sync(kb, "full", force=args.force, progress=not args.quiet)
+        else:
+            summary = ingest(kb, [args.path], args.source_name, force=args.force,
+                             progress=not args.quiet)
     except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError) as err:
         print(f"linecite: {err}", file=sys.stderr)
         return 2

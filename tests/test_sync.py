@@ -1,0 +1,120 @@
+"""Folder sync: a KB follows its sourcePaths folders (new, changed, deleted files)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import chroma_store
+import fulltext
+import ingest
+import kb as kbmod
+
+
+def make_kb(tmp_path: Path, folders: list[Path]) -> kbmod.KnowledgeBase:
+    kb = kbmod.open_or_create(tmp_path / "base", "docs")
+    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
+    config["sourcePaths"] = [str(f) for f in folders]
+    (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return kbmod.load(tmp_path / "base", "docs")
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def chroma_ids(kb) -> set[str]:
+    store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(None))
+    try:
+        return store.all_ids()
+    finally:
+        store.close()
+
+
+def sqlite_ids(kb) -> set[str]:
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return fulltext.all_chunk_ids(conn)
+    finally:
+        conn.close()
+
+
+def test_sync_adds_changes_and_deletes_files(tmp_path):
+    docs = tmp_path / "docs"
+    write(docs / "a.txt", "Alpha report on the harbour crane.")
+    write(docs / "sub" / "b.md", "# Beta\nThe tide tables for March.")
+    write(docs / "skip.bin", "not a document")
+    kb = make_kb(tmp_path, [docs])
+    first = ingest.sync(kb)
+    assert (first.indexed, first.deleted, first.unchanged) == (2, 0, 0)
+    assert chroma_ids(kb) == sqlite_ids(kb) != set()
+
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    assert ingest.plan_sync(conn, kb).to_json() == {"added": [], "modified": [], "deleted": [],
+                                                    "unchanged": 2}
+    write(docs / "a.txt", "Alpha report, revised: the crane was replaced.")
+    (docs / "sub" / "b.md").unlink()
+    write(docs / "c.txt", "Gamma notes.")
+    os.utime(docs / "a.txt", (1, 1))  # a new mtime, whatever the clock's resolution
+    assert ingest.plan_sync(conn, kb).to_json() == {
+        "added": ["docs/c.txt"], "modified": ["docs/a.txt"], "deleted": ["docs/sub/b.md"],
+        "unchanged": 0}
+    conn.close()
+
+    second = ingest.sync(kb)
+    assert (second.indexed, second.deleted) == (2, 1)
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    names = {s["name"] for s in fulltext.list_sources(conn)}
+    tide = fulltext.exact_search(conn, "tide tables", 5)
+    conn.close()
+    assert names == {"docs/a.txt", "docs/c.txt"}
+    assert tide == []
+    assert chroma_ids(kb) == sqlite_ids(kb)  # the deleted file's vectors are gone too
+
+
+def test_touched_but_identical_file_is_not_reindexed(tmp_path):
+    docs = tmp_path / "docs"
+    write(docs / "a.txt", "Same words.")
+    kb = make_kb(tmp_path, [docs])
+    ingest.sync(kb)
+    os.utime(docs / "a.txt", (5, 5))
+    again = ingest.sync(kb)
+    assert (again.indexed, again.unchanged, again.embedded) == (0, 1, 0)
+
+
+def test_embedding_scope_reembeds_every_chunk(tmp_path):
+    docs = tmp_path / "docs"
+    write(docs / "a.txt", "\n".join(f"Line {i} of the manual." for i in range(40)))
+    kb = make_kb(tmp_path, [docs])
+    first = ingest.sync(kb)
+    redo = ingest.sync(kb, "embedding")
+    assert redo.indexed == 0 and redo.embedded == first.embedded > 0
+    assert chroma_ids(kb) == sqlite_ids(kb)
+
+
+def test_cancel_stops_between_files(tmp_path):
+    docs = tmp_path / "docs"
+    for i in range(3):
+        write(docs / f"{i}.txt", f"File number {i}.")
+    kb = make_kb(tmp_path, [docs])
+    calls = []
+
+    def stop_after_one() -> bool:
+        calls.append(1)
+        return len(calls) > 1
+
+    summary = ingest.sync(kb, should_stop=stop_after_one)
+    assert summary.cancelled and summary.indexed == 1
+    assert ingest.sync(kb).indexed == 2  # the rest on the next run
+
+
+def test_sync_without_folders_says_how_to_add_them(tmp_path):
+    kb = kbmod.open_or_create(tmp_path, "empty")
+    with pytest.raises(kbmod.ConfigError, match="sourcePaths"):
+        ingest.sync(kb)
+    kb = make_kb(tmp_path, [tmp_path / "nowhere"])
+    with pytest.raises(kbmod.ConfigError, match="do not exist"):
+        ingest.sync(kb)
