@@ -389,7 +389,9 @@ def _lazy(module: str, function: str) -> Callable[[Path], Extracted]:
 EXTRACTORS: dict[str, Callable[[Path], Extracted]] = {".pdf": extract_pdf}
 EXTRACTORS.update({suffix: extract_text for suffix in TEXT_SUFFIXES})
 EXTRACTORS.update({".hwpx": _lazy("hwp", "extract_hwpx"), ".hwp": _lazy("hwp", "extract_hwp"),
-                   ".ofd": _lazy("ofd", "extract_ofd")})
+                   ".ofd": _lazy("ofd", "extract_ofd"), ".docx": _lazy("office", "extract_docx"),
+                   ".xlsx": _lazy("office", "extract_xlsx"),
+                   ".pptx": _lazy("office", "extract_pptx")})
 
 
 def supported(path: Path) -> bool:

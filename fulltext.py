@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FILENAME = "fulltext.sqlite3"
 # segment.py emits tokens made only of these categories, so FTS5 never re-splits them
 TOKEN_CATEGORIES = "L* N* Co M*"
@@ -51,6 +51,9 @@ class SourceFile:
     sha256: str
     size: int
     mtime: float
+
+
+NEEDS_ACTION = ("password-protected", "ocr-unavailable", "too-large")  # the user can fix these
 
 
 class SchemaError(RuntimeError):
@@ -119,7 +122,12 @@ def _m001_create_tables(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-MIGRATIONS = [_m001_create_tables]
+def _m002_source_warnings(conn: sqlite3.Connection) -> None:
+    """Warnings that did not stop indexing (pages left without OCR, for instance)."""
+    conn.execute("ALTER TABLE sources ADD COLUMN warnings TEXT")
+
+
+MIGRATIONS = [_m001_create_tables, _m002_source_warnings]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -168,7 +176,8 @@ def source_row(conn: sqlite3.Connection, name: str) -> sqlite3.Row | None:
 
 
 def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
-                   pages: Sequence[Sequence[str]], chunks: Sequence[Chunk]) -> int:
+                   pages: Sequence[Sequence[str]], chunks: Sequence[Chunk],
+                   warnings: Sequence[str] = ()) -> int:
     """Replace a source's lines and chunks in one transaction; returns chunks left to embed.
 
     Chunks whose id was already embedded keep that state (same text at the same place), so a
@@ -188,6 +197,8 @@ def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
             conn.execute("DELETE FROM chunks WHERE source_id = ?", (row["id"],))
         source_id = _upsert_source(conn, src, parser=parser, state="pending", error=None,
                                    pages=len(pages))
+        conn.execute("UPDATE sources SET warnings = ? WHERE id = ?",
+                     ("\n".join(warnings) or None, source_id))
         conn.executemany(
             "INSERT INTO lines (source_id, page, line, text) VALUES (?, ?, ?, ?)",
             ((source_id, p, n, text) for p, page in enumerate(pages, 1)
@@ -208,17 +219,19 @@ def record_failure(conn: sqlite3.Connection, src: SourceFile, reason: str, detai
     """Record that a file could not be read; returns the state it leaves.
 
     A source that was indexed before keeps its old lines and chunks (state `degraded`), so a
-    bad update never loses what was searchable; a new one is `failed` with nothing indexed.
+    bad update never loses what was searchable; a new one is `failed` with nothing indexed, or
+    `needs_action` when the user can fix it (a password, a missing OCR engine, a size limit).
     """
     error = f"{reason}: {detail}"
+    state = "needs_action" if reason in NEEDS_ACTION else "failed"
     with conn:
         row = source_row(conn, src.name)
         if row is not None and row["pages"] > 0:
             conn.execute("UPDATE sources SET state = 'degraded', error = ? WHERE id = ?",
                          (f"{error} (still serving the previous version)", row["id"]))
             return "degraded"
-        _upsert_source(conn, src, parser=None, state="failed", error=error, pages=0)
-    return "failed"
+        _upsert_source(conn, src, parser=None, state=state, error=error, pages=0)
+    return state
 
 
 def _upsert_source(conn: sqlite3.Connection, src: SourceFile, parser: str | None, state: str,
@@ -408,14 +421,26 @@ def neighbour_chunk_ids(conn: sqlite3.Connection, rowid: int) -> tuple[str | Non
 
 def list_sources(conn: sqlite3.Connection) -> list[dict]:
     """Every source with its pages, chunk counts, parser, state and error."""
-    rows = conn.execute(
-        "SELECT s.name, s.path, s.pages, s.parser, s.state, s.error, s.ingested_at,"
-        " count(c.id) AS chunks,"
+    rows = conn.execute(  # s.*: an older schema (served read-only) simply has fewer columns
+        "SELECT s.*, count(c.id) AS chunks,"
         " coalesce(sum(c.embed_state = 'pending'), 0) AS chunks_pending,"
         " coalesce(sum(c.embed_state = 'failed'), 0) AS chunks_failed"
         " FROM sources s LEFT JOIN chunks c ON c.source_id = s.id"
         " GROUP BY s.id ORDER BY s.name").fetchall()
-    return [dict(row) for row in rows]
+    sources = [{k: v for k, v in dict(row).items() if k != "id"} for row in rows]
+    for source in sources:
+        source["state"] = STATE_LABELS.get(source["state"], source["state"])
+    return sources
+
+
+STATES = ("ready", "pending", "degraded", "failed", "needs_action")
+STATE_LABELS = {"pending": "pending_embedding"}  # how states read in tool results
+
+
+def state_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Sources per state, every state present (0 where none), named as tools show them."""
+    found = dict(conn.execute("SELECT state, count(*) FROM sources GROUP BY state").fetchall())
+    return {STATE_LABELS.get(s, s): found.get(s, 0) for s in STATES}
 
 
 def counts(conn: sqlite3.Connection) -> dict[str, int]:

@@ -31,6 +31,7 @@ from pidlock import LockBusy, PidLock
 # ---------------------------------------------------------------------------
 EMBED_BATCH = 32  # chunks per embedder call and Chroma upsert
 PAUSE_ENV = "LINECITE_PAUSE_AT"  # tests: stop at a named stage so they can kill -9 there
+RETRY_STATES = ("failed", "needs_action")  # unreadable last time: try again on every run
 # ---------------------------------------------------------------------------
 
 
@@ -128,7 +129,7 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
         row = fulltext.source_row(conn, name)
         if row is None:
             plan.added.append((path, name))
-        elif force or row["state"] == "failed" or _changed(row, path):
+        elif force or row["state"] in RETRY_STATES or _changed(row, path):
             plan.modified.append((path, name))
         else:
             plan.unchanged += 1
@@ -250,13 +251,13 @@ class Indexer:
                        f"cannot open {path}: {err.strerror or err}; check the path", summary)
             return
         row = fulltext.source_row(self.conn, name)
-        if not force and row is not None and (row["size"], row["mtime"]) == (stat.st_size,
-                                                                                stat.st_mtime):
+        known = not force and row is not None and row["state"] not in RETRY_STATES
+        if known and (row["size"], row["mtime"]) == (stat.st_size, stat.st_mtime):
             summary.unchanged += 1
             return
         src = fulltext.SourceFile(name, str(path.resolve()), sha256_file(path), stat.st_size,
                                   stat.st_mtime)
-        if not force and row is not None and row["sha256"] == src.sha256:
+        if known and row["sha256"] == src.sha256:
             fulltext.touch_source(self.conn, name, src.size, src.mtime)
             summary.unchanged += 1
             return

@@ -108,3 +108,23 @@ def list_ids(base: Path) -> list[str]:
     if not base.is_dir():
         return []
     return sorted(p.name for p in base.iterdir() if (p / "config.json").is_file())
+
+
+def prune_orphans(base: Path) -> list[str]:
+    """Remove KB folders that lost their config.json; returns the names removed.
+
+    Only folders that hold a KB's data (fulltext.sqlite3 or chroma/) count; names starting with
+    '.' or '_' or containing '-backup-' are never touched, whatever they hold.
+    """
+    import shutil
+
+    if not base.is_dir():
+        return []
+    removed = []
+    for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+        protected = folder.name.startswith((".", "_")) or "-backup-" in folder.name
+        has_data = (folder / fulltext.FILENAME).exists() or (folder / "chroma").is_dir()
+        if not protected and has_data and not (folder / "config.json").exists():
+            shutil.rmtree(folder)
+            removed.append(folder.name)
+    return removed

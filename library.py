@@ -199,6 +199,63 @@ class Library:
             raise UserError(str(err)) from None
         return summary.__dict__
 
+    # -- the reindex queue -----------------------------------------------------------
+    def start_reindex(self, kb_id: str | None, scope: str, force: bool, deferred: bool) -> dict:
+        import queue_runner
+
+        kb_id = self.resolve(kb_id)
+        entry = queue_runner.enqueue(self.base, kb_id, scope, force, deferred)
+        started = None if deferred else queue_runner.start_orchestrator(self.base)
+        return {"queued": entry, "orchestrator": started,
+                "next": "poll get_index_info for progress; search keeps working meanwhile"}
+
+    def cancel_reindex(self, kb_id: str | None) -> dict:
+        import queue_runner
+
+        return queue_runner.request_cancel(self.base, self.resolve(kb_id))
+
+    def get_index_info(self, kb_id: str | None) -> dict:
+        import queue_runner
+
+        kb_id = self.resolve(kb_id)
+        folder = self.base / kb_id
+        status = queue_runner.read_status(folder)
+        position = queue_runner.position(queue_runner.entries(self.base), kb_id)
+        state = status.get("status", "idle")
+        if state == "running" and queue_runner.orchestrator(self.base) is None:
+            state = "interrupted"  # the orchestrator died; the next start resumes this KB
+        elif state != "running" and position is not None:
+            state = "queued"
+        info = {"kb_id": kb_id, "status": state, "progress": status.get("progress"),
+                "queue_position": position, "last_run": status.get("last_run")}
+        if (folder / fulltext.FILENAME).exists():
+            conn = self.get(kb_id).conn
+            sources = fulltext.list_sources(conn)
+            info["counts"] = fulltext.counts(conn)
+            info["sources_by_state"] = fulltext.state_counts(conn)
+            info["problem_files"] = [
+                {k: s[k] for k in ("name", "state", "error")} for s in sources
+                if s["state"] in ("failed", "needs_action", "degraded")]
+        return info
+
+    def check_changes(self, kb_id: str | None) -> dict:
+        import ingest
+
+        kb_id = self.resolve(kb_id)
+        kb = kbmod.load(self.base, kb_id)
+        if not kb.source_paths:
+            raise UserError(f"knowledge base {kb_id!r} has no folders to watch; add them to "
+                            f"'sourcePaths' in {kb.folder / 'config.json'}")
+        indexed = kb.fulltext_path.exists()
+        conn = self.get(kb_id).conn if indexed else fulltext.connect(Path(":memory:"))
+        try:
+            plan = ingest.plan_sync(conn, kb)
+        finally:
+            if not indexed:
+                conn.close()
+        return {"kb_id": kb_id, **plan.to_json(),
+                "next": "start_reindex(kb_id) applies these changes"}
+
     # -- helpers -------------------------------------------------------------------
     def _check_source(self, kb_id: str, source: str) -> None:
         if fulltext.source_row(self.get(kb_id).conn, source) is None:

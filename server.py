@@ -142,6 +142,47 @@ async def ingest_file(
     return await call(ctx, "ingest_file", path, source_name, kb_id, report)
 
 
+@mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
+                       "destructiveHint": False, "openWorldHint": False})
+async def start_reindex(
+    ctx: Context,
+    kb_id: KbId = None,
+    scope: Annotated[Literal["full", "contextualization", "embedding"], Field(
+        description="full: sync the KB's folders (new, changed, deleted files) and embed; "
+                    "embedding: embed every chunk again (after changing the embedder)")] = "full",
+    force: Annotated[bool, Field(description="Redo unchanged files too")] = False,
+    deferred: Annotated[bool, Field(description="Only queue it; it runs with the next "
+                                                "`queue_runner.py --sweep-all`")] = False,
+) -> dict:
+    """Queue a reindex of a knowledge base and start the background orchestrator.
+
+    Returns at once with the queue position; poll get_index_info for progress. Search keeps
+    working while it runs. A second request for a queued KB widens that entry, never doubles it.
+    """
+    return await call(ctx, "start_reindex", kb_id, scope, force, deferred)
+
+
+@mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
+                       "destructiveHint": False, "openWorldHint": False})
+async def cancel_reindex(ctx: Context, kb_id: KbId = None) -> dict:
+    """Drop a KB's queued reindex, and stop a running one at the next file boundary."""
+    return await call(ctx, "cancel_reindex", kb_id)
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def get_index_info(ctx: Context, kb_id: KbId = None) -> dict:
+    """Index status: running/queued/idle, progress and the file in hand, queue position, the
+    last run's counts and errors, sources per state, and the files that failed and why."""
+    return await call(ctx, "get_index_info", kb_id)
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def check_changes(ctx: Context, kb_id: KbId = None) -> dict:
+    """Dry run of a folder sync: files added, modified and deleted since the last index.
+    Reads only file metadata (and hashes where needed); calls no model."""
+    return await call(ctx, "check_changes", kb_id)
+
+
 # ---------------------------------------------------------------------------
 def is_loopback(host: str) -> bool:
     if host == "localhost":

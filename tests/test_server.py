@@ -40,8 +40,8 @@ TOKEN_ENV = "LINECITE_HTTP_TOKEN"
 ALLOWED_ENV = "LINECITE_ALLOWED_DIRS"
 module_loop = pytest.mark.asyncio(loop_scope="module")  # share the module's stdio server
 TOOLS = {"list_knowledge_bases", "search", "read_range", "get_document_chunk", "list_sources",
-         "ingest_file"}
-READ_ONLY_TOOLS = TOOLS - {"ingest_file"}
+         "ingest_file", "start_reindex", "cancel_reindex", "get_index_info", "check_changes"}
+READ_ONLY_TOOLS = TOOLS - {"ingest_file", "start_reindex", "cancel_reindex"}
 
 # ---------------------------------------------------------------------------
 # the fixture documents: pages split by form feeds, page numbers as footers (noise lines)
@@ -208,7 +208,7 @@ def fastmcp_caller(client: Client):
 
 
 @module_loop
-async def test_lists_the_six_tools_with_read_only_hints(stdio):
+async def test_lists_every_tool_with_read_only_hints(stdio):
     tools = {tool.name: tool for tool in await stdio.list_tools()}
     assert set(tools) == TOOLS
     for name in READ_ONLY_TOOLS:
@@ -407,7 +407,7 @@ async def test_search_while_the_cli_indexes_and_after(stdio, corpus):
         assert hits[0]["source"] == "busy.txt"
         await assert_read_back(fastmcp_caller(stdio), hits[:1])
         sources = {s["name"]: s for s in (await call(stdio, "list_sources"))["sources"]}
-        assert sources["busy.txt"]["state"] == "pending"
+        assert sources["busy.txt"]["state"] == "pending_embedding"
         kbs = (await call(stdio, "list_knowledge_bases"))["knowledge_bases"]
         assert kbs[0]["status"] == "indexing"
         text = await tool_error(stdio, "ingest_file", path=str(corpus.docs / "busy.txt"))

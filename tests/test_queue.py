@@ -1,0 +1,222 @@
+"""The reindex queue and its orchestrator: real processes, real files, real stores."""
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
+
+import chroma_store
+import fulltext
+import ingest
+import kb as kbmod
+import queue_runner
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def clean_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in (ingest.PAUSE_ENV, "LINECITE_HOME")}
+    return {**env, **extra}
+
+
+def make_kb(base: Path, kb_id: str, docs: Path) -> kbmod.KnowledgeBase:
+    kb = kbmod.open_or_create(base, kb_id)
+    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
+    config["sourcePaths"] = [str(docs)]
+    (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return kbmod.load(base, kb_id)
+
+
+def write_docs(docs: Path, n: int, word: str = "harbour") -> None:
+    docs.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (docs / f"note{i}.txt").write_text(f"Note {i} about the {word} crane and its permit.",
+                                           encoding="utf-8")
+
+
+def test_requests_for_one_kb_merge_into_the_widest_scope(tmp_path):
+    first = queue_runner.enqueue(tmp_path, "a", "embedding", False, True)
+    second = queue_runner.enqueue(tmp_path, "a", "full", False, True)
+    third = queue_runner.enqueue(tmp_path, "a", "contextualization", True, False)
+    other = queue_runner.enqueue(tmp_path, "b", "full", False, False)
+    assert (first["merged"], second["merged"], third["merged"]) == (False, True, True)
+    assert [(e["kb_id"], e["scope"], e["force"], e["deferred"])
+            for e in queue_runner.entries(tmp_path)] == [("a", "full", True, False),
+                                                         ("b", "full", False, False)]
+    assert (third["position"], other["position"]) == (1, 2)
+    with pytest.raises(ValueError, match="scope must be one of"):
+        queue_runner.enqueue(tmp_path, "a", "everything", False, False)
+    assert queue_runner.request_cancel(tmp_path, "a")["dropped_waiting_entry"] is True
+    assert [e["kb_id"] for e in queue_runner.entries(tmp_path)] == ["b"]
+
+
+def test_two_writers_at_once_never_tear_the_queue_file(tmp_path):
+    code = ("import sys; from pathlib import Path; import queue_runner\n"
+            "for i in range(25): queue_runner.enqueue(Path(sys.argv[1]), f'{sys.argv[2]}{i}',"
+            " 'full', False, True)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), prefix], cwd=REPO)
+             for prefix in ("x", "y")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    ids = [e["kb_id"] for e in json.loads((tmp_path / queue_runner.QUEUE_FILE)
+                                          .read_text(encoding="utf-8"))["entries"]]
+    assert sorted(ids) == sorted([f"x{i}" for i in range(25)] + [f"y{i}" for i in range(25)])
+
+
+def run_orchestrator(base: Path, *args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(REPO / "queue_runner.py"), "--base-path",
+                             str(base), *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                            env=clean_env(**env))
+
+
+def wait_for(line: str, proc: subprocess.Popen) -> None:
+    for got in proc.stderr:
+        if line in got:
+            return
+    pytest.fail(f"never saw {line!r}; exit {proc.wait()}")
+
+
+@pytest.mark.slow
+def test_one_orchestrator_at_a_time_and_a_killed_one_is_resumed(tmp_path):
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 3)
+    kb = make_kb(base, "notes", docs)
+    queue_runner.enqueue(base, "notes", "full", False, False)
+    first = run_orchestrator(base, **{ingest.PAUSE_ENV: "after-commit"})
+    try:
+        wait_for("paused at after-commit", first)
+        second = run_orchestrator(base)
+        out, err = second.communicate(timeout=120)
+        assert second.returncode == 3 and "not starting" in err and "orchestrator" in err
+        info = queue_runner.read_status(kb.folder)
+        assert info["status"] == "running"
+    finally:
+        first.kill()  # kill -9 mid-run: its lock stays behind
+        first.wait(timeout=30)
+    assert (base / "orchestrator.lock").exists()
+    third = run_orchestrator(base)
+    assert third.wait(timeout=300) == 0, third.stderr.read()
+    status = queue_runner.read_status(kb.folder)
+    assert status["status"] == "idle" and status["last_run"]["ok"] is True
+    assert queue_runner.entries(base) == []
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    assert {s["name"] for s in fulltext.list_sources(conn)} == {f"docs/note{i}.txt"
+                                                                 for i in range(3)}
+    assert fulltext.counts(conn)["pending"] == 0
+    conn.close()
+
+
+def test_cancel_file_stops_the_running_job_at_a_file_boundary(tmp_path, monkeypatch):
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 4)
+    kb = make_kb(base, "notes", docs)
+    real_index_file = ingest.Indexer.index_file
+
+    def index_then_cancel(self, *args, **kwargs):
+        real_index_file(self, *args, **kwargs)
+        (kb.folder / queue_runner.CANCEL_FILE).touch()  # what cancel_reindex does
+
+    monkeypatch.setattr(ingest.Indexer, "index_file", index_then_cancel)
+    queue_runner.run_entry(base, {"kb_id": "notes", "scope": "full", "force": False})
+    last = queue_runner.read_status(kb.folder)["last_run"]
+    assert last["ok"] and last["cancelled"] and last["counts"]["indexed"] == 1
+    assert not (kb.folder / queue_runner.CANCEL_FILE).exists()
+
+
+def test_prune_orphans_spares_protected_and_foreign_folders(tmp_path):
+    for name in ("live", "orphan", ".hidden", "_private", "old-backup-2024", "logs"):
+        (tmp_path / name).mkdir()
+    kbmod.open_or_create(tmp_path, "live")
+    for name in ("orphan", ".hidden", "_private", "old-backup-2024"):
+        sqlite3.connect(tmp_path / name / fulltext.FILENAME).close()
+    out = subprocess.run([sys.executable, str(REPO / "queue_runner.py"), "prune-orphans",
+                          "--base-path", str(tmp_path)], cwd=REPO, capture_output=True,
+                         text=True, encoding="utf-8", timeout=60)
+    assert json.loads(out.stdout) == {"removed": ["orphan"]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "_private", "live", "logs",
+                                                          "old-backup-2024"]
+
+
+def test_server_serves_an_old_schema_read_only_and_the_indexer_migrates_it(tmp_path):
+    docs = tmp_path / "docs"
+    write_docs(docs, 1)
+    kb = make_kb(tmp_path, "old", docs)
+    conn = sqlite3.connect(kb.fulltext_path)
+    with conn:
+        fulltext.MIGRATIONS[0](conn)
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute("INSERT INTO sources (name, state, pages) VALUES ('legacy.txt', 'ready', 1)")
+        conn.execute("INSERT INTO lines (source_id, page, line, text) VALUES (1, 1, 1, "
+                     "'an old line about the lighthouse')")
+    conn.close()
+    import library
+
+    lib = library.Library(tmp_path)
+    assert lib.read_range("legacy.txt", 1, 1, -1, 0, "old")["lines"] == [
+        {"line": 1, "text": "an old line about the lighthouse"}]
+    assert [s["name"] for s in lib.list_sources("old")["sources"]] == ["legacy.txt"]
+    lib.close()
+    raw = sqlite3.connect(kb.fulltext_path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 1  # the server never migrates
+    raw.close()
+    ingest.sync(kb)
+    raw = sqlite3.connect(kb.fulltext_path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == fulltext.SCHEMA_VERSION
+    raw.close()
+
+
+async def call(client: Client, tool: str, **args) -> dict:
+    return (await client.call_tool(tool, args)).structured_content
+
+
+@pytest.mark.slow
+async def test_agent_round_trip_reindex_poll_and_search(tmp_path):
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 2)
+    kb = make_kb(base, "notes", docs)
+    ingest.sync(kb)
+    (docs / "note0.txt").unlink()
+    (docs / "fresh.txt").write_text("The quarantine of the zeppelin hangar ends in May.",
+                                    encoding="utf-8")
+    transport = StdioTransport(command=sys.executable,
+                               args=[str(REPO / "server.py"), "--base-path", str(base)],
+                               env=clean_env(), cwd=str(REPO))
+    async with Client(transport) as client:
+        changes = await call(client, "check_changes", kb_id="notes")
+        assert (changes["added"], changes["modified"], changes["deleted"]) == (
+            ["docs/fresh.txt"], [], ["docs/note0.txt"])
+        started = await call(client, "start_reindex", kb_id="notes", scope="full")
+        assert started["queued"]["position"] in (0, 1) and started["orchestrator"]["started"]
+        answered = 0
+        for _ in range(600):
+            hits = await call(client, "search", query="harbour crane", search_mode="bm25")
+            answered += bool(hits["hits"])  # search keeps answering during the reindex
+            info = await call(client, "get_index_info", kb_id="notes")
+            if info["status"] == "idle" and info.get("last_run"):
+                break
+            await asyncio.sleep(0.2)
+        assert info["last_run"]["ok"] and info["last_run"]["counts"]["deleted"] == 1
+        assert info["queue_position"] is None and answered > 0
+        assert info["sources_by_state"]["ready"] == 2
+        hits = (await call(client, "search", query="zeppelin hangar"))["hits"]
+        assert hits and hits[0]["source"] == "docs/fresh.txt"
+    store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(None))
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        assert store.all_ids() == fulltext.all_chunk_ids(conn)  # deleted file gone from both
+        assert fulltext.exact_search(conn, "Note 0 ", 5) == []
+    finally:
+        conn.close()
+        store.close()
+    deadline = time.monotonic() + 30
+    while queue_runner.orchestrator(base) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)  # the orchestrator exits once the queue is empty
+    assert queue_runner.orchestrator(base) is None
