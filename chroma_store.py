@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 EMBEDDER_NAME = "linecite-use-m3"  # name under which chromadb knows UseEmbedding
 USE_DIMENSION = 512  # USE multilingual v3 output size
 USE_THREADS = 4  # BLAS threads for the numpy forward pass
-KNOWN_PROVIDERS = ("builtin",)  # embedding.provider values embedder_for accepts
+KNOWN_PROVIDERS = ("builtin", "none")  # embedding.provider values embedder_for accepts
 COLLECTION_PREFIX = "linecite-"  # collection name = prefix + kb_id
 MAX_NAME = 63  # Chroma's Rust API allows 512; 63 also passes the old Python check
 PAGE_SIZE = 5000  # ids per page in all_ids()
@@ -127,6 +127,14 @@ def embedder_for(config: dict | None) -> EmbeddingFunction:
         return _use_embedding_class()()
     raise ValueError(f"unknown embedding provider {provider!r}; known providers: "
                      f"{', '.join(KNOWN_PROVIDERS)}")
+
+
+def open_store(kb_dir: Path, kb_id: str, embedding: dict | None,
+               url: str | None = None) -> ChromaStore | None:
+    """The KB's vector store, or None for a BM25-only KB (embedding provider "none")."""
+    if (embedding or {}).get("provider") == "none":
+        return None
+    return ChromaStore(kb_dir, kb_id, embedder_for(embedding), url=url)
 
 
 def collection_name(kb_id: str) -> str:

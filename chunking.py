@@ -93,10 +93,27 @@ def _is_overlap(current: list[int], groups: list[list[int]]) -> bool:
     return bool(groups) and current == groups[-1][-len(current):]
 
 
+SHEET_MARKERS = ("[sheet] ", "[hidden sheet] ")  # extract.py's first line of a spreadsheet page
+
+
+def page_context(lines: Sequence[str]) -> tuple[str, int]:
+    """(context, its last line) that every chunk of the page should carry to read on its own.
+
+    A spreadsheet page's chunks repeat the sheet name and the header row (its first non-empty
+    row), so a chunk of rows 200-240 still says what its columns are. The context is searched
+    and embedded with the chunk, but is not part of its text: the text stays exactly its lines.
+    """
+    if not lines or not lines[0].startswith(SHEET_MARKERS):
+        return "", 0
+    header = next((n for n in range(2, len(lines) + 1) if lines[n - 1].strip()), 0)
+    return ("\n".join([lines[0], lines[header - 1]]) if header else lines[0]), max(header, 1)
+
+
 def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
                tokenize: Callable[[str], list[str]]) -> list[Chunk]:
     """Every chunk of one page, in line order."""
     chunks: list[Chunk] = []
+    context, context_end = page_context(lines)
     for run in _runs(lines, noise):
         for group in _line_groups(run, lines):
             while len(group) > 1 and not lines[group[-1] - 1].strip():
@@ -106,10 +123,13 @@ def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
                 texts = _split_long_line(lines[first - 1])
             else:
                 texts = ["\n".join(lines[first - 1:last])]
+            extra = context if first > context_end else ""
             for text in texts:
                 if text.strip():
-                    chunks.append(Chunk(chunk_id(source, page, first, text), page, first, last,
-                                        text, " ".join(tokenize(text))))
+                    searchable = f"{extra}\n{text}" if extra else text
+                    chunks.append(Chunk(chunk_id(source, page, first, searchable), page, first,
+                                        last,
+                                        text, " ".join(tokenize(searchable)), extra))
     return _dedupe(chunks)
 
 

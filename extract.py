@@ -410,10 +410,13 @@ def extract(path: Path) -> Extracted:
         known = ", ".join(sorted(EXTRACTORS))
         raise ExtractError("unsupported-format", f"{path.name}: only {known} files are indexed.")
     try:
-        return extractor(path)
+        result = extractor(path)
     except OSError as exc:  # locked by another program (Windows), no permission, vanished
         detail = f"{path} could not be read ({exc.strerror or exc}); close what holds it."
         raise ExtractError("not-found", detail) from exc
+    # one line convention for every format: no newline, control char or trailing blank inside
+    result.pages = [_clean_lines("\n".join(page)) for page in result.pages]
+    return result
 
 
 # ----------------------------------------------------------------------------- noise

@@ -39,7 +39,8 @@ class Chunk:
     line_start: int
     line_end: int
     text: str
-    tokens: str  # space-joined segment.tokens(text)
+    tokens: str  # space-joined segment.tokens(context + text)
+    context: str = ""  # what the chunk needs to read on its own (a sheet's header row)
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,14 @@ def _m001_create_tables(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-def _m002_source_warnings(conn: sqlite3.Connection) -> None:
-    """Warnings that did not stop indexing (pages left without OCR, for instance)."""
+def _m002_warnings_and_context(conn: sqlite3.Connection) -> None:
+    """Warnings that did not stop indexing (pages left without OCR, for instance), and the
+    context a chunk is searched and embedded with (a sheet's header row)."""
     conn.execute("ALTER TABLE sources ADD COLUMN warnings TEXT")
+    conn.execute("ALTER TABLE chunks ADD COLUMN context TEXT NOT NULL DEFAULT ''")
 
 
-MIGRATIONS = [_m001_create_tables, _m002_source_warnings]
+MIGRATIONS = [_m001_create_tables, _m002_warnings_and_context]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -206,9 +209,9 @@ def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
         )
         conn.executemany(
             "INSERT INTO chunks (chunk_id, source_id, page, line_start, line_end, text, tokens,"
-            " embed_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            " context, embed_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((c.chunk_id, source_id, c.page, c.line_start, c.line_end, c.text, c.tokens,
-              "indexed" if c.chunk_id in embedded else "pending") for c in chunks),
+              c.context, "indexed" if c.chunk_id in embedded else "pending") for c in chunks),
         )
         conn.execute("DELETE FROM chroma_tombstones WHERE chunk_id IN "
                      "(SELECT chunk_id FROM chunks WHERE source_id = ?)", (source_id,))
@@ -273,7 +276,8 @@ def delete_source(conn: sqlite3.Connection, name: str) -> None:
 
 def pending_chunks(conn: sqlite3.Connection, limit: int) -> list[sqlite3.Row]:
     return conn.execute(
-        "SELECT c.chunk_id, c.text, c.page, c.line_start, c.line_end, s.name AS source "
+        "SELECT c.chunk_id, c.text, c.context, c.page, c.line_start, c.line_end,"
+        " s.name AS source "
         "FROM chunks c JOIN sources s ON s.id = c.source_id "
         "WHERE c.embed_state = 'pending' ORDER BY c.id LIMIT ?", (limit,)).fetchall()
 
@@ -294,6 +298,11 @@ def set_all_pending(conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE chunks SET embed_state = 'pending', embed_error = NULL")
         conn.execute("UPDATE sources SET state = 'pending' WHERE state IN ('ready', 'degraded')"
                      " AND pages > 0")
+
+
+def set_pending_indexed(conn: sqlite3.Connection) -> None:
+    with conn:
+        conn.execute("UPDATE chunks SET embed_state = 'indexed' WHERE embed_state = 'pending'")
 
 
 def indexed_chunk_ids(conn: sqlite3.Connection) -> set[str]:

@@ -165,18 +165,20 @@ class Indexer:
         except BaseException:
             self.lock.release()
             raise
-        embedder = chroma_store.embedder_for(kb.embedding)
-        self.store = chroma_store.ChromaStore(kb.folder, kb.id, embedder, url=kb.chroma_url)
+        self.store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
 
     def close(self) -> None:
         self.conn.close()
-        self.store.close()
+        if self.store is not None:
+            self.store.close()
         self.lock.release()
 
     # -- the storage protocol ------------------------------------------------
     def reconcile(self) -> int:
         """Make Chroma match SQLite after whatever a crash left; returns chunks embedded."""
         self._forget(fulltext.tombstones(self.conn))
+        if self.store is None:
+            return self.embed_pending()
         in_chroma = self.store.all_ids()
         self._forget(sorted(in_chroma - fulltext.all_chunk_ids(self.conn)))
         lost = fulltext.indexed_chunk_ids(self.conn) - in_chroma
@@ -184,13 +186,17 @@ class Indexer:
         return self.embed_pending()
 
     def _forget(self, chunk_ids: list[str]) -> None:
-        if chunk_ids:
+        if chunk_ids and self.store is not None:
             self.store.delete(chunk_ids)
         fulltext.clear_tombstones(self.conn, chunk_ids)
 
     def embed_pending(self) -> int:
         """Embed every pending chunk in batches; a failing batch is halved until the bad chunk
         is isolated and marked failed, so one bad chunk never blocks the rest."""
+        if self.store is None:  # a BM25-only KB: nothing to embed, chunks are complete
+            fulltext.set_pending_indexed(self.conn)
+            fulltext.promote_sources(self.conn)
+            return 0
         total = fulltext.count_pending(self.conn)
         done = seen = 0
         with _progress(None, total, "embedding", self.progress and total > 0) as bar:
@@ -207,7 +213,8 @@ class Indexer:
 
     def _embed_batch(self, rows: list) -> int:
         try:
-            vectors = self.store.embed([r["text"] for r in rows])
+            vectors = self.store.embed([f"{r['context']}\n{r['text']}" if r["context"]
+                                        else r["text"] for r in rows])
             self.store.upsert(
                 [r["chunk_id"] for r in rows], vectors, [r["text"] for r in rows],
                 [{"source": r["source"], "page": r["page"], "line_start": r["line_start"],
@@ -266,6 +273,10 @@ class Indexer:
         except extract.ExtractError as err:
             self._fail(src, err.reason, err.detail, summary)
             return
+        except Exception as err:  # a parser bug on a hostile file must not stop the run
+            self._fail(src, "parser-error", f"{type(err).__name__}: {str(err)[:300]}; the file "
+                       "may be damaged: re-save it, and report it if it opens elsewhere", summary)
+            return
         noise = extract.noise_lines(doc.pages)
         chunks = chunking.chunk_pages(name, doc.pages, noise, segment.tokens)
         fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks)
@@ -297,7 +308,8 @@ class Indexer:
 
     def reset_embeddings(self) -> None:
         """Forget every vector (a new embedder, or a forced re-embed): all chunks to pending."""
-        self.store.reset()
+        if self.store is not None:
+            self.store.reset()
         fulltext.set_all_pending(self.conn)
 
 

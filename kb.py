@@ -79,15 +79,41 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
         raise ConfigError(f"{path} is not valid JSON ({err}); fix or delete it") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object")
+    _validate(data, kb_id, path)
     embedding = data.get("embedding") or {"provider": "builtin"}
-    if not isinstance(embedding, dict):
-        raise ConfigError(f"{path}: field 'embedding' must be an object like "
-                          '{"provider": "builtin"}')
-    paths = data.get("sourcePaths") or []
-    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-        raise ConfigError(f"{path}: field 'sourcePaths' must be a list of folder paths")
     url = os.environ.get("LINECITE_CHROMA_URL") or data.get("chromaUrl")
-    return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id), paths, embedding, url)
+    return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
+                         data.get("sourcePaths") or [], embedding, url)
+
+
+EMBEDDING_PROVIDERS = ("builtin", "none")  # none: BM25 and exact search only
+BLOCK_FIELDS = {  # field -> (type, what it should look like)
+    "id": (str, "the folder's name"),
+    "name": (str, "a display name"),
+    "sourcePaths": (list, "a list of folder paths"),
+    "embedding": (dict, '{"provider": "builtin"}'),
+    "contextualizer": (dict, '{"provider": "none"}'),
+    "chunking": (dict, '{"targetChars": 1000}'),
+    "audio": (dict, "an object"),
+    "chromaUrl": (str, '"http://127.0.0.1:8001"'),
+}
+
+
+def _validate(data: dict, kb_id: str, path: Path) -> None:
+    """Check config.json field by field; the error names the field and the expected shape."""
+    for name, (kind, example) in BLOCK_FIELDS.items():
+        value = data.get(name)
+        if value is not None and not isinstance(value, kind):
+            raise ConfigError(f"{path}: field '{name}' must be {example}, not {value!r}")
+    if data.get("id") not in (None, kb_id):
+        raise ConfigError(f"{path}: field 'id' is {data['id']!r} but the folder is {kb_id!r}; "
+                          "make them equal")
+    if not all(isinstance(p, str) for p in data.get("sourcePaths") or []):
+        raise ConfigError(f"{path}: field 'sourcePaths' must hold folder paths as strings")
+    provider = (data.get("embedding") or {}).get("provider", "builtin")
+    if provider not in EMBEDDING_PROVIDERS:
+        raise ConfigError(f"{path}: field 'embedding.provider' is {provider!r}; known providers: "
+                          f"{', '.join(EMBEDDING_PROVIDERS)}")
 
 
 def open_or_create(base: Path, kb_id: str) -> KnowledgeBase:

@@ -103,7 +103,7 @@ class Library:
         if entry.searcher is None:
             entry.store = _store_for(entry.kb)
             entry.searcher = search.Searcher(entry.conn, entry.store)
-        elif version != entry.data_version:
+        elif version != entry.data_version and entry.store is not None:
             entry.store.close()  # the next vector query reopens it and reads the index anew
         entry.data_version = version
         return entry.searcher
@@ -134,7 +134,11 @@ class Library:
             self._check_source(kb, source)
         entry = self.get(kb)
         with entry.lock:  # a store is never closed under a running query
-            hits = self._searcher(entry).search(query, top_k, mode, source)
+            searcher = self._searcher(entry)
+            if mode == "vector" and entry.store is None:
+                raise UserError(f"knowledge base {kb!r} has no embedder (embedding provider "
+                                "'none'); use search_mode 'bm25', 'exact' or 'auto'")
+            hits = searcher.search(query, top_k, mode, source)
         return {"kb_id": kb, "query": query, "search_mode": mode,
                 "hits": [h.to_json() for h in hits]}
 
@@ -293,8 +297,7 @@ def _status(counts: dict) -> str:
 def _store_for(kb: kbmod.KnowledgeBase):
     import chroma_store
 
-    return chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(kb.embedding),
-                                    url=kb.chroma_url)
+    return chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
 
 
 def allowed_folders(kb: kbmod.KnowledgeBase) -> list[Path]:

@@ -82,3 +82,17 @@ def test_ids_are_stable_and_change_only_where_text_changed():
 def test_blank_and_noise_only_pages_give_no_chunks():
     assert chunking.chunk_page("a", 1, ["", "   ", ""], set(), str.split) == []
     assert chunking.chunk_page("a", 1, ["header", "12"], {1, 2}, str.split) == []
+
+
+def test_sheet_chunks_carry_the_header_row_for_search_but_not_in_their_text():
+    lines = ["[sheet] Sales", "", "Region | Quarter | Revenue"] + [
+        f"North {i} | Q{i % 4 + 1} | {1000 + i} won" + " note" * 20 for i in range(60)]
+    chunks = chunking.chunk_page("book.xlsx", 1, lines, set(), str.split)
+    assert len(chunks) > 3
+    assert chunks[0].context == ""  # the first chunk holds the header itself
+    for c in chunks[1:]:
+        assert c.context == "[sheet] Sales\nRegion | Quarter | Revenue"
+        assert c.text == "\n".join(lines[c.line_start - 1:c.line_end])  # text stays exact
+        assert c.tokens.startswith("[sheet] Sales Region | Quarter | Revenue")
+    plain = chunking.chunk_page("a.txt", 1, lines[2:], set(), str.split)
+    assert all(c.context == "" for c in plain)

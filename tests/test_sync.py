@@ -118,3 +118,18 @@ def test_sync_without_folders_says_how_to_add_them(tmp_path):
     kb = make_kb(tmp_path, [tmp_path / "nowhere"])
     with pytest.raises(kbmod.ConfigError, match="do not exist"):
         ingest.sync(kb)
+
+
+@pytest.mark.parametrize("config, field", [
+    ({"sourcePaths": "C:/docs"}, "sourcePaths"),
+    ({"embedding": "builtin"}, "embedding"),
+    ({"embedding": {"provider": "word2vec"}}, "embedding.provider"),
+    ({"id": "other"}, "id"),
+    ({"chunking": 1000}, "chunking"),
+])
+def test_config_errors_name_the_field(tmp_path, config, field):
+    folder = tmp_path / "kb1"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(kbmod.ConfigError, match=f"field '{field}'"):
+        kbmod.load(tmp_path, "kb1")

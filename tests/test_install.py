@@ -1,0 +1,539 @@
+"""The one-shot installers.
+
+install.sh runs for real: in a copy of the repo's files, with HOME and LINECITE_HOME in tmp
+(nothing touches the real home; pip's cache is the real one so reinstalls are quick), it makes
+a fresh venv, installs requirements.txt, checks the server over stdio, starts it over HTTP in
+the background; a real MCP client then lists its tools; a second run must change nothing;
+`--stop` must end it. `--configure-claude` is run alone against a Claude Desktop config that
+already holds another server. install.ps1 cannot run here (no PowerShell): it is parsed with
+tree-sitter's PowerShell grammar, and each step of install.sh must have its counterpart in it.
+
+    pytest tests/test_install.py -m "not slow"   # everything but the real install (seconds)
+    pytest tests/test_install.py                 # with it: a few minutes, mostly pip
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+
+REPO = Path(__file__).resolve().parent.parent
+INSTALL_SH = REPO / "install.sh"
+INSTALL_PS1 = REPO / "install.ps1"
+TOOLS = {"list_knowledge_bases", "search", "read_range", "get_document_chunk", "list_sources",
+         "ingest_file"}
+needs_bash = pytest.mark.skipif(sys.platform == "win32" or shutil.which("bash") is None,
+                                reason="install.sh needs bash (Linux, macOS)")
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+def repo_copy(dest: Path) -> Path:
+    """The repo's files as git knows them (tracked, plus new files not ignored) copied to dest."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git to list the repo's files")
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=REPO, capture_output=True, check=True).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    assert (dest / "install.sh").is_file() and (dest / "server.py").is_file()
+    return dest
+
+
+def real_pip_cache() -> str | None:
+    out = subprocess.run([sys.executable, "-m", "pip", "cache", "dir"], capture_output=True,
+                         text=True)
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def sandbox_env(home: Path, data: Path) -> dict[str, str]:
+    """This environment with HOME and LINECITE_HOME in tmp and no venv or XDG folders leaking."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LINECITE_", "XDG_", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"))}
+    env.update(HOME=str(home), LINECITE_HOME=str(data))
+    cache = os.environ.get("PIP_CACHE_DIR") or real_pip_cache()
+    if cache:
+        env["PIP_CACHE_DIR"] = cache
+    home.mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def run_sh(folder: Path, env: dict, *args: str, timeout: float = 120):
+    return subprocess.run(["bash", str(folder / "install.sh"), *args], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def show(result: subprocess.CompletedProcess) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
+async def http_tool_names(port: int) -> set[str]:
+    async with Client(StreamableHttpTransport(f"http://127.0.0.1:{port}/mcp"), timeout=60) as c:
+        return {tool.name for tool in await c.list_tools()}
+
+
+# ---------------------------------------------------------------------------
+# install.sh, for real
+
+class Install:
+    def __init__(self, folder: Path, env: dict, port: int, first: subprocess.CompletedProcess,
+                 seconds: float):
+        self.folder, self.env, self.port = folder, env, port
+        self.first, self.seconds = first, seconds
+        self.data = Path(env["LINECITE_HOME"])
+        self.pid_file = self.data / "logs" / "server.pid"
+        self.log = self.data / "logs" / "server.log"
+
+    def pid(self) -> int:
+        return int(self.pid_file.read_text().strip())
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    if sys.platform == "win32" or shutil.which("bash") is None:
+        pytest.skip("install.sh needs bash (Linux, macOS)")
+    tmp = tmp_path_factory.mktemp("install")
+    folder = repo_copy(tmp / "linecite")
+    env = sandbox_env(tmp / "home", tmp / "data")
+    port = free_port()
+    start = time.monotonic()
+    first = run_sh(folder, env, "--port", str(port), timeout=1800)
+    install = Install(folder, env, port, first, time.monotonic() - start)
+    print(f"\nfirst install.sh run: {install.seconds:.0f} s")
+    try:
+        yield install
+    finally:
+        run_sh(folder, env, "--stop", timeout=60)
+        if install.pid_file.exists():  # --stop failed: do not leave a server behind
+            try:
+                os.kill(install.pid(), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+
+
+@pytest.mark.slow
+def test_install_sh_installs_checks_and_serves_over_http(installed):
+    result = installed.first
+    assert result.returncode == 0, show(result)
+    out = result.stdout
+    # every step was printed as it ran, and the stdio check listed the tools (6 or more)
+    for line in ("==> Checking for Python 3.10 or newer", "==> Creating the virtual environment",
+                 "==> Installing requirements.txt", "==> Checking the install",
+                 "==> Starting the linecite server"):
+        assert line in out, show(result)
+    checked = out.split("==> Checking the install")[1].split("==>")[0].split("\n")[1:]
+    stdio_tools = {name for name in checked if name.strip()}
+    assert stdio_tools >= TOOLS, show(result)
+    assert f"linecite verify: OK, {len(stdio_tools)} tools" in result.stderr, show(result)
+    # a fresh venv beside the script, isolated from the system site-packages
+    venv = installed.folder / ".venv"
+    assert (venv / "bin" / "python").is_file()
+    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
+    stamp = (venv / ".linecite-requirements.sha256").read_text().strip()
+    assert stamp == hashlib.sha256((installed.folder / "requirements.txt").read_bytes()).hexdigest()
+    # the server runs in the background from the venv, with its PID and log in <base>/logs
+    pid = installed.pid()
+    assert alive(pid)
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if sys.platform == "linux" \
+        else None
+    if cmdline is not None:
+        assert cmdline[1].decode() == str(installed.folder / "server.py")
+        assert cmdline[-3:-1] == [b"--port", str(installed.port).encode()]
+    assert f"http://127.0.0.1:{installed.port}/mcp" in out
+    assert str(installed.log) in out and installed.log.is_file()
+    assert "linecite: serving MCP on" in installed.log.read_text()
+    # the printed MCP host block points at the venv python and this server.py
+    block = json.loads(out[out.index('{\n  "mcpServers"'):out.index("\n}\n") + 2])
+    entry = block["mcpServers"]["linecite"]
+    assert entry["command"] == str(venv / "bin" / "python")
+    assert entry["args"] == [str(installed.folder / "server.py")]
+    assert entry["env"] == {"LINECITE_HOME": installed.env["LINECITE_HOME"]}
+    # and a real MCP client lists the same tools over streamable HTTP
+    import anyio
+    assert anyio.run(http_tool_names, installed.port) == stdio_tools
+
+
+@pytest.mark.slow
+def test_install_sh_second_run_changes_nothing(installed):
+    assert installed.first.returncode == 0, show(installed.first)
+    pid, venv = installed.pid(), installed.folder / ".venv"
+    stamp_mtime = (venv / ".linecite-requirements.sha256").stat().st_mtime_ns
+    for args in (["--no-launch"], []):  # install only; then install and launch
+        start = time.monotonic()
+        result = run_sh(installed.folder, installed.env, "--port", str(installed.port), *args)
+        seconds = time.monotonic() - start
+        assert result.returncode == 0, show(result)
+        assert "already there, reusing it" in result.stdout, show(result)
+        assert "unchanged since the last install, skipping pip" in result.stdout
+        assert "Requirement already satisfied" not in result.stdout  # pip did not even run
+        assert "Checking the install" not in result.stdout
+        assert "Nothing to do: everything was already in place." in result.stdout, show(result)
+        assert seconds < 20, f"second run took {seconds:.1f} s"
+    # the running server was recognised, not started twice
+    assert f"already running (PID {pid})" in result.stdout, show(result)
+    assert installed.pid() == pid and alive(pid)
+    assert (venv / ".linecite-requirements.sha256").stat().st_mtime_ns == stamp_mtime
+    # another port while it runs: refused, with the way out named
+    other = run_sh(installed.folder, installed.env, "--skip-install", "--port", str(free_port()))
+    assert other.returncode != 0 and "already running with other settings" in other.stderr
+    assert "--stop" in other.stderr and installed.pid() == pid
+
+
+@pytest.mark.slow
+def test_install_sh_stop_ends_the_server(installed):
+    assert installed.first.returncode == 0, show(installed.first)
+    pid = installed.pid()
+    assert alive(pid) and port_open(installed.port)
+    result = run_sh(installed.folder, installed.env, "--stop", timeout=60)
+    assert result.returncode == 0, show(result)
+    assert f"Stopping the linecite server (PID {pid})" in result.stdout
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid)
+    assert not port_open(installed.port)
+    assert not installed.pid_file.exists()
+    again = run_sh(installed.folder, installed.env, "--stop")
+    assert again.returncode == 0 and "no linecite server is running" in again.stdout
+    # a port some other program holds: refused, no PID file written
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        taken = run_sh(installed.folder, installed.env, "--skip-install", "--port", str(port))
+    assert taken.returncode != 0 and f"port {port} is in use by another program" in taken.stderr
+    assert not installed.pid_file.exists()
+
+
+# ---------------------------------------------------------------------------
+# --configure-claude alone, on Linux's Claude Desktop path
+
+@pytest.fixture()
+def light_copy(tmp_path):
+    """A repo copy with a bare venv (no pip): enough for --skip-install --no-launch runs."""
+    if sys.platform != "linux" or shutil.which("bash") is None:
+        pytest.skip("tests the Linux Claude Desktop config path")
+    folder = repo_copy(tmp_path / "linecite")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder / ".venv")],
+                   check=True)
+    env = sandbox_env(tmp_path / "home", tmp_path / "data")
+    return folder, env, Path(env["HOME"]) / ".config" / "Claude" / "claude_desktop_config.json"
+
+
+def test_configure_claude_merges_and_backs_up(light_copy):
+    folder, env, config = light_copy
+    other = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/x"]}
+    mine = {"command": "old", "env": {"LINECITE_ALLOWED_DIRS": "/d"}}  # the user's own env
+    original = {"globalShortcut": "Ctrl+Space",
+                "mcpServers": {"filesystem": other, "linecite": mine}}
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps(original, indent=4), encoding="utf-8")
+    original_bytes = config.read_bytes()
+
+    result = run_sh(folder, env, "--skip-install", "--no-launch", "--configure-claude")
+    assert result.returncode == 0, show(result)
+    written = json.loads(config.read_text(encoding="utf-8"))
+    assert written["globalShortcut"] == "Ctrl+Space"
+    assert written["mcpServers"]["filesystem"] == other
+    assert written["mcpServers"]["linecite"] == {
+        "command": str(folder / ".venv" / "bin" / "python"),
+        "args": [str(folder / "server.py")],
+        "env": {"LINECITE_ALLOWED_DIRS": "/d", "LINECITE_HOME": env["LINECITE_HOME"]},
+    }
+    backups = list(config.parent.glob("claude_desktop_config.json.bak-*"))
+    assert len(backups) == 1 and backups[0].read_bytes() == original_bytes
+    assert not list(config.parent.glob("*.tmp"))
+
+    # again: already right, so no new backup and not a byte changed
+    after = config.read_bytes()
+    again = run_sh(folder, env, "--skip-install", "--no-launch", "--configure-claude")
+    assert again.returncode == 0, show(again)
+    assert "(unchanged)" in again.stdout and "Nothing to do" in again.stdout
+    assert config.read_bytes() == after
+    assert len(list(config.parent.glob("claude_desktop_config.json.bak-*"))) == 1
+
+
+def test_configure_claude_creates_the_file_when_absent(light_copy):
+    folder, env, config = light_copy
+    result = run_sh(folder, env, "--skip-install", "--no-launch", "--configure-claude")
+    assert result.returncode == 0, show(result)
+    written = json.loads(config.read_text(encoding="utf-8"))
+    assert list(written["mcpServers"]) == ["linecite"]
+    assert written["mcpServers"]["linecite"]["args"] == [str(folder / "server.py")]
+    assert not list(config.parent.glob("*.bak-*"))  # nothing to back up
+
+
+def test_configure_claude_leaves_a_broken_file_alone(light_copy):
+    folder, env, config = light_copy
+    config.parent.mkdir(parents=True)
+    config.write_text('{"mcpServers": {"a": {}},}', encoding="utf-8")  # trailing comma
+    result = run_sh(folder, env, "--skip-install", "--no-launch", "--configure-claude")
+    assert result.returncode != 0
+    assert "is not a valid Claude Desktop config" in result.stderr, show(result)
+    assert config.read_text(encoding="utf-8") == '{"mcpServers": {"a": {}},}'
+    assert not list(config.parent.glob("*.bak-*"))
+
+
+def test_refuses_a_non_loopback_host_without_a_token(light_copy):
+    folder, env, _ = light_copy
+    result = run_sh(folder, env, "--skip-install", "--host", "0.0.0.0", "--port", str(free_port()))
+    assert result.returncode != 0
+    assert "needs a token: set LINECITE_HTTP_TOKEN" in result.stderr, show(result)
+    assert not (Path(env["LINECITE_HOME"]) / "logs" / "server.pid").exists()
+
+
+def fake_bin(folder: Path, **scripts: str) -> Path:
+    """A folder of tiny executables (name=body) to put first on PATH."""
+    folder.mkdir()
+    for name, body in scripts.items():
+        (folder / name.replace("_", "-")).write_text("#!/bin/sh\n" + body + "\n")
+        (folder / name.replace("_", "-")).chmod(0o755)
+    return folder
+
+
+def test_with_ocr_installs_missing_language_packs_with_apt_get(light_copy, tmp_path):
+    folder, env, _ = light_copy
+    calls = tmp_path / "apt-calls"
+    fake = fake_bin(tmp_path / "bin",
+                    tesseract='printf "List of available languages (1):\\neng\\n"',
+                    apt_get=f'echo "$*" >> "{calls}"', sudo='exec "$@"')
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    result = run_sh(folder, env, "--skip-install", "--no-launch", "--with-ocr")
+    assert result.returncode == 0, show(result)
+    assert calls.read_text().splitlines() == [
+        "update -qq", "install -y tesseract-ocr tesseract-ocr-kor tesseract-ocr-chi-sim"]
+    # the fake tesseract still has only eng: the user is told which packs are missing
+    assert "Tesseract is installed but lacks: kor chi_sim" in result.stderr, show(result)
+
+
+def test_with_ocr_leaves_a_complete_tesseract_alone(light_copy, tmp_path):
+    folder, env, _ = light_copy
+    calls = tmp_path / "apt-calls"
+    fake = fake_bin(tmp_path / "bin",
+                    tesseract='printf "List of available languages (3):\\nchi_sim\\neng\\nkor\\n"',
+                    apt_get=f'echo "$*" >> "{calls}"')
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    result = run_sh(folder, env, "--skip-install", "--no-launch", "--with-ocr")
+    assert result.returncode == 0, show(result)
+    assert "already installed" in result.stdout and "with kor and chi_sim" in result.stdout
+    assert not calls.exists()
+    assert "Nothing to do" in result.stdout
+
+
+def test_with_ocr_says_how_where_it_cannot_install(light_copy, tmp_path):
+    """No apt-get, no brew, no tesseract on PATH: a clear message, and the rest still runs."""
+    folder, env, _ = light_copy
+    only = tmp_path / "bin"
+    only.mkdir()
+    for tool in ("dirname", "uname", "id", "cat"):  # what this run of install.sh calls
+        os.symlink(shutil.which(tool), only / tool)
+    env["PATH"] = str(only)
+    result = subprocess.run([shutil.which("bash"), str(folder / "install.sh"), "--skip-install",
+                             "--no-launch", "--with-ocr"], cwd=folder, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, show(result)
+    assert "cannot install Tesseract here" in result.stderr, show(result)
+    assert "tesseract-langpack-kor" in result.stderr and "brew install tesseract" in result.stderr
+    assert '"mcpServers"' in result.stdout  # the remaining steps ran
+
+
+def test_skip_install_without_a_venv_says_what_to_do(tmp_path):
+    if sys.platform == "win32" or shutil.which("bash") is None:
+        pytest.skip("install.sh needs bash")
+    folder = repo_copy(tmp_path / "linecite")
+    env = sandbox_env(tmp_path / "home", tmp_path / "data")
+    result = run_sh(folder, env, "--skip-install", "--no-launch")
+    assert result.returncode != 0 and "without --skip-install first" in result.stderr
+    assert not (folder / ".venv").exists()
+
+
+# ---------------------------------------------------------------------------
+# static checks
+
+@needs_bash
+def test_install_sh_passes_shellcheck():
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    result = subprocess.run(["shellcheck", str(INSTALL_SH)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def ps1_tree():
+    tree_sitter = pytest.importorskip("tree_sitter")
+    grammar = pytest.importorskip("tree_sitter_powershell")
+    parser = tree_sitter.Parser(tree_sitter.Language(grammar.language()))
+    source = INSTALL_PS1.read_bytes()
+    return source, parser.parse(source).root_node
+
+
+def walk(node):
+    yield node
+    for child in node.children:
+        yield from walk(child)
+
+
+def test_install_ps1_parses_as_windows_powershell_5_1():
+    source, root = ps1_tree()
+    assert source.isascii(), "install.ps1 must be plain ASCII (no BOM, no smart quotes)"
+    lines = source.decode().splitlines()
+    problems = []
+    for node in walk(root):
+        if node.type == "ERROR" or node.is_missing:
+            kind = f"missing {node.type}" if node.is_missing else "syntax error"
+        elif node.type == "pipeline_chain_tail":  # && and ||: PowerShell 7 only
+            kind = "'&&' or '||' (PowerShell 7 only)"
+        else:
+            continue
+        row, col = node.start_point
+        problems.append(f"install.ps1:{row + 1}:{col + 1}: {kind}: {lines[row].strip()}")
+    assert not root.has_error or problems, "tree-sitter reports an error it did not locate"
+    assert not problems, "\n".join(problems)
+    # other PowerShell 6+ features that would parse but fail on 5.1
+    for feature in ("-AsHashtable", "-AdditionalChildPath", "ForEach-Object -Parallel",
+                    "$IsWindows", "$IsLinux", "-SkipHttpErrorCheck"):
+        assert feature not in source.decode(), f"{feature} is not in Windows PowerShell 5.1"
+
+
+def test_install_ps1_parser_catches_broken_scripts():
+    """The check above is worth something: a cut brace or a PS7 operator is reported."""
+    tree_sitter = pytest.importorskip("tree_sitter")
+    grammar = pytest.importorskip("tree_sitter_powershell")
+    parser = tree_sitter.Parser(tree_sitter.Language(grammar.language()))
+    source = INSTALL_PS1.read_bytes()
+    cut = source[:source.rindex(b"}")]  # drop the script's last closing brace
+    assert parser.parse(cut).root_node.has_error
+    for ps7 in (b"$a = $b ?? 1\n", b"$a = ($b) ? 1 : 2\n"):
+        assert parser.parse(source + ps7).root_node.has_error
+    assert any(n.type == "pipeline_chain_tail"
+               for n in walk(parser.parse(source + b"git status && git diff\n").root_node))
+
+
+def ps1_params() -> dict[str, tuple[str, str | None]]:
+    """The script's param block: name -> (type, default text)."""
+    _, root = ps1_tree()
+    blocks = [n for n in root.children if n.type == "param_block"]
+    assert len(blocks) == 1, "install.ps1 needs one top-level param() block"
+    params = {}
+    for node in walk(blocks[0]):
+        if node.type != "script_parameter":
+            continue
+        name = next(c for c in node.children if c.type == "variable").text.decode()[1:]
+        types = [t.text.decode() for t in walk(node) if t.type == "type_name"]
+        default = next((c for c in node.children if c.type == "script_parameter_default"), None)
+        params[name] = (types[0] if types else "",
+                        default.text.decode().lstrip("= ").strip() if default else None)
+    return params
+
+
+def test_install_ps1_parameters():
+    params = ps1_params()
+    assert params["Port"] == ("int", "8000")
+    assert params["BindHost"] == ("string", "'127.0.0.1'")
+    for switch in ("NoLaunch", "SkipInstall", "ConfigureClaude", "WithOcr", "Stop"):
+        assert params[switch] == ("switch", None), switch
+
+
+def code_only_sh() -> str:
+    return "\n".join(line for line in INSTALL_SH.read_text().splitlines()
+                     if not line.lstrip().startswith("#"))
+
+
+def code_only_ps1() -> str:
+    source, root = ps1_tree()
+    text = bytearray(source)
+    for node in walk(root):
+        if node.type == "comment":
+            text[node.start_byte:node.end_byte] = b" " * (node.end_byte - node.start_byte)
+    return text.decode()
+
+
+def test_install_ps1_has_each_install_sh_step():
+    sh, ps1 = code_only_sh(), code_only_ps1()
+    # each flag of install.sh is a parameter of install.ps1
+    params = ps1_params()
+    for flag, param in {"--port": "Port", "--host": "BindHost", "--no-launch": "NoLaunch",
+                        "--skip-install": "SkipInstall", "--configure-claude": "ConfigureClaude",
+                        "--with-ocr": "WithOcr", "--stop": "Stop"}.items():
+        assert re.search(rf"^\s*{flag}\)", sh, re.M), flag
+        assert param in params, param
+    assert re.search(r"^PORT=8000$", sh, re.M) and re.search(r"^HOST=127\.0\.0\.1$", sh, re.M)
+    # the same files, the same shared Python helpers, the same server command
+    shared = ["requirements.txt", "verify_install.py", "mcp_config.py", ".venv",
+              ".linecite-requirements.sha256", "server.py", "server.log", "server.pid", "logs",
+              "LINECITE_HOME", "LINECITE_HTTP_TOKEN", "claude_desktop_config.json", "linecite",
+              "--transport http", "venv", "pip", "--disable-pip-version-check",
+              "Nothing to do: everything was already in place.", "already running",
+              "is in use by another program", "kor", "chi_sim"]
+    for token in shared:
+        assert token in sh, f"install.sh lacks {token}"
+        assert token in ps1, f"install.ps1 lacks {token}"
+    assert '"$PY" -m venv --clear "$VENV"' in sh
+    assert "Invoke-Native $Py @('-m', 'venv', '--clear', $Venv)" in ps1
+    # both merge (and so back up) Claude's config through mcp_config.py --claude, print the
+    # stdio block through mcp_config.py, and verify through verify_install.py
+    assert re.search(r'mcp_config\.py" --claude "\$CLAUDE_CONFIG"', sh)
+    assert re.search(r"\$McpConfigPy, '--claude', \$ClaudeConfig", ps1)
+    assert re.search(r'"\$VENV_PY" "\$HERE/verify_install\.py"', sh)
+    assert re.search(r"Invoke-Native \$VenvPy @\(\$VerifyPy\)", ps1)
+    # Windows specifics the issue names
+    for token in ("py", "'-3'", "winget install Python.Python.3.12", "UB-Mannheim.TesseractOCR",
+                  "Tesseract-OCR", "tessdata", "$env:LOCALAPPDATA", "$env:APPDATA",
+                  "Start-Process", "-WindowStyle Hidden", "-RedirectStandardError $LogFile",
+                  "Stop-Process -Id (Get-Content", "Get-FileHash"):
+        assert token in ps1, f"install.ps1 lacks {token}"
+    # and the stamp is written only after the check passed, in both
+    assert sh.index("verify_install.py") < sh.index('>"$STAMP"')
+    assert ps1.index("@($VerifyPy)") < ps1.index("Set-Content -LiteralPath $Stamp")
+
+
+def test_mcp_config_prints_json_escaped_paths(tmp_path):
+    """The block printed for hosts is valid JSON whatever the path (backslashes, quotes, Hangul)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LINECITE_")}
+    env["LINECITE_HOME"] = 'C:\\Users\\김 "q"\\linecite'
+    out = subprocess.run([sys.executable, str(REPO / "mcp_config.py")], env=env,
+                         capture_output=True, text=True, check=True, encoding="utf-8").stdout
+    entry = json.loads(out)["mcpServers"]["linecite"]
+    assert entry["env"]["LINECITE_HOME"] == env["LINECITE_HOME"]
+    assert entry["command"] == sys.executable and entry["args"] == [str(REPO / "server.py")]
+    assert "\\\\Users\\\\" in out  # backslashes escaped as JSON wants
