@@ -6,6 +6,7 @@ Each section is a subcommand and a function; others add theirs (ingest, search) 
     python benchmark.py extract [--dir DIR] [--workers N] [--limit N]
     python benchmark.py ingest [--dir DIR] [--limit N] [--base BASE]
     python benchmark.py search --base BASE [--queries N]
+    python benchmark.py formats [--dir CORPUS]
 
 `extract` times extract.extract() (the pypdfium2 > pdfminer > pypdf chain) against plain
 pypdf over every PDF in DIR (default: the FinanceBench subset, 36 SEC filings) and prints
@@ -236,6 +237,43 @@ def bench_search(base: Path, kb_id: str, n_queries: int) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- formats
+
+FORMAT_GROUPS = {  # label -> (corpus sub-folder, suffixes)
+    "docx": ("docx", (".docx",)), "xlsx": ("xlsx", (".xlsx",)), "pptx": ("pptx", (".pptx",)),
+    "hwpx/hwp": ("", (".hwpx", ".hwp")), "text pdf": ("pdf", (".pdf",)),
+    "scanned pdf (OCR)": ("pdf/scanned", (".pdf",)), "images (OCR)": ("images", ()),
+}
+
+
+def bench_formats(corpus: Path) -> int:
+    """Pages per second of each extractor on the corpus; the text-PDF chain is the baseline."""
+    import extract
+
+    if not corpus.is_dir():
+        print(f"no folder {corpus}; pass --dir with the team's corpus", file=sys.stderr)
+        return 2
+    rates = {}
+    for label, (folder, suffixes) in FORMAT_GROUPS.items():
+        files = [p for p in sorted((corpus / folder).rglob("*")) if p.is_file()
+                 and extract.supported(p) and (not suffixes or p.suffix.lower() in suffixes)
+                 and ("scanned" in label or "scanned" not in p.parts)]
+        pages, start = 0, time.perf_counter()
+        for path in files:
+            try:
+                pages += len(extract.extract(path).pages)
+            except extract.ExtractError:
+                pass
+        seconds = time.perf_counter() - start
+        rates[label] = pages / seconds if seconds else 0.0
+        print(f"  {label:18} {len(files):3d} files {pages:5d} pages {seconds:7.2f} s "
+              f"{rates[label]:8.1f} pages/s {seconds / max(pages, 1):7.3f} s/page")
+    base = rates.get("text pdf") or 1.0
+    print("  ratio to the text-PDF chain: " + ", ".join(f"{k} {v / base:.2f}x"
+                                                      for k, v in rates.items()))
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -257,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     se.add_argument("--kb", default="default", help="knowledge base id")
     se.add_argument("--queries", type=int, default=58, help="how many FinanceBench questions")
     se.set_defaults(run=lambda a: bench_search(a.base, a.kb, a.queries))
+    fo = sections.add_parser("formats", help="pages/s of every extractor on the corpus")
+    fo.add_argument("--dir", type=Path, default=SHARED / "corpus", help="the corpus folder")
+    fo.set_defaults(run=lambda a: bench_formats(a.dir))
     args = parser.parse_args(argv)
     return args.run(args)
 
