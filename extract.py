@@ -1,6 +1,7 @@
 """Turn one document into pages of raw lines: the unit every citation points at.
 
-Reads one file (PDF; TXT/MD in any common encoding) and writes nothing. `extract(path)`
+Reads one file (PDF, TXT/MD in any common encoding, and through the modules it registers:
+DOCX/XLSX/PPTX, HWPX/HWP, OFD, images); writes only the OCR cache (ocr.py). `extract(path)`
 returns `Extracted(pages, parser)`: each page is a list of lines, and a line number is the
 1-based index into that page's text split on "\\n". `ingest.py` stores these lines as they are
 and `read_range` serves them back, so the numbering made here is the numbering everywhere.
@@ -22,7 +23,7 @@ import time
 import unicodedata
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pypdfium2 as pdfium
@@ -40,13 +41,14 @@ TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
 # -----------------------------------------------------------------------------
 
 REASONS = ("not-found", "unsupported-format", "password-protected", "corrupt", "empty", "binary",
-           "too-large")
+           "too-large", "ocr-unavailable")
 
 
 @dataclass
 class Extracted:
     pages: list[list[str]]  # every page is a list of raw lines (1-based numbers index into it)
-    parser: str  # e.g. "pypdfium2", "pypdfium2+pdfminer", "text:utf-8", "text:cp949"
+    parser: str  # e.g. "pypdfium2", "pypdfium2+pdfminer", "pypdfium2+ocr", "text:utf-8"
+    warnings: list[str] = field(default_factory=list)  # e.g. "ocr unavailable: ..."
 
 
 class ExtractError(Exception):
@@ -202,7 +204,7 @@ _MAGIC = {b"\xff\xd8\xff": "a JPEG image", b"\x89PNG": "a PNG image", b"PK\x03\x
 
 
 def extract_pdf(path: Path) -> Extracted:
-    """A PDF's text layer, one entry per page; image-only pages come back empty (OCR is later)."""
+    """A PDF's text layer, one entry per page; pages without a usable one are OCR'd (ocr.py)."""
     with path.open("rb") as f:
         head = f.read(1024)
     if not head:
@@ -223,8 +225,10 @@ def extract_pdf(path: Path) -> Extracted:
             failures.append(f"{name}: no pages")
             continue
         pages = [texts.get(i, "") for i in range(max(texts) + 1)]
-        used = [name, *_mend_pages(path, pages, doubtful, PDF_BACKENDS[n + 1 :])]
-        return Extracted([_clean_lines(text) for text in pages], "+".join(used))
+        mended, unread = _mend_pages(path, pages, doubtful, PDF_BACKENDS[n + 1 :])
+        used = [name, *mended]
+        warnings = _ocr_pages(path, pages, unread, used)
+        return Extracted([_clean_lines(text) for text in pages], "+".join(used), warnings)
     if any(f.endswith(": no pages") for f in failures):  # a reader saw an empty page tree
         raise ExtractError("empty", f"{path.name} has no pages; re-export it from its source.")
     detail = f"no PDF reader could open {path.name} ({'; '.join(failures)}); re-save it."
@@ -233,9 +237,10 @@ def extract_pdf(path: Path) -> Extracted:
 
 def _mend_pages(
     path: Path, pages: list[str], doubtful: set[int], later: list[tuple[str, Backend]]
-) -> list[str]:
+) -> tuple[list[str], list[int]]:
     """Ask later backends for pages that came out as junk or lost text, and keep a page only
-    when it is clearly better. Patches `pages` in place; returns the backends that helped."""
+    when it is clearly better. Patches `pages` in place; returns the backends that helped and
+    the pages still junk or lost, for OCR."""
     bad = sorted(doubtful | {i for i, t in enumerate(pages) if _junk_share(t) > GARBAGE_SHARE})
     used: list[str] = []
     for name, backend in later:
@@ -250,7 +255,25 @@ def _mend_pages(
             pages[i] = texts[i]
         used += [name] if better else []
         bad = [i for i in bad if i not in better or _junk_share(pages[i]) > GARBAGE_SHARE]
-    return used
+    return used, bad
+
+
+def _ocr_pages(path: Path, pages: list[str], unread: list[int], used: list[str]) -> list[str]:
+    """Give Tesseract the pages no backend could read (no text, or `unread`: junk or lost)
+    and let ocr.py re-read scans whose own OCR layer is wrong. Patches `pages` in place, adds
+    "ocr" to `used`, returns warnings ("ocr unavailable: ..." when Tesseract is missing)."""
+    import ocr
+
+    unusable = sorted({*unread, *(i for i, text in enumerate(pages) if not text.split())})
+    try:
+        result = ocr.mend_pdf(path, pages, unusable)
+    except Exception as exc:  # OCR is a bonus: a failure in it must not lose the text layer
+        return [f"ocr failed: {type(exc).__name__}: {exc}"[:300]]
+    for i, text in result.texts.items():  # junk keeps its place unless OCR has more real text
+        if i not in unusable or _good_chars(text) >= _good_chars(pages[i]):
+            pages[i] = text
+    used += ["ocr"] if result.texts else []
+    return result.warnings
 
 
 # ----------------------------------------------------------------------------- text
@@ -392,6 +415,8 @@ EXTRACTORS.update({".hwpx": _lazy("hwp", "extract_hwpx"), ".hwp": _lazy("hwp", "
                    ".ofd": _lazy("ofd", "extract_ofd"), ".docx": _lazy("office", "extract_docx"),
                    ".xlsx": _lazy("office", "extract_xlsx"),
                    ".pptx": _lazy("office", "extract_pptx")})
+EXTRACTORS.update(dict.fromkeys((".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"),
+                                _lazy("ocr", "extract_image")))  # = ocr.IMAGE_SUFFIXES
 
 
 def supported(path: Path) -> bool:

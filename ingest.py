@@ -4,6 +4,7 @@
     python ingest.py docs/ --kb manuals         # index a folder into KB `manuals`
     python ingest.py notes.txt "Meeting notes"  # choose the source name agents will cite
     python ingest.py --kb manuals               # sync KB `manuals` with its sourcePaths folders
+    python ingest.py smoke-ocr scan.pdf         # check that OCR works: print a scan's text
 
 Files -> extract (extract.py) -> chunk (chunking.py) -> one SQLite transaction with the
 source's lines and chunks (fulltext.py) -> embed pending chunks -> Chroma (chroma_store.py)
@@ -48,6 +49,7 @@ class Summary:
     chunks: int = 0
     embedded: int = 0
     deleted: int = 0
+    warnings: list[dict] = field(default_factory=list)
     cancelled: bool = False
     skipped: list[dict] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
@@ -279,7 +281,8 @@ class Indexer:
             return
         noise = extract.noise_lines(doc.pages)
         chunks = chunking.chunk_pages(name, doc.pages, noise, segment.tokens)
-        fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks)
+        fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, doc.warnings)
+        summary.warnings += [{"source": name, "warning": w} for w in doc.warnings]
         summary.indexed += 1
         summary.pages += len(doc.pages)
         summary.lines += sum(len(page) for page in doc.pages)
@@ -371,6 +374,14 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["smoke-ocr"]:  # python ingest.py smoke-ocr FILE: is OCR working here?
+        if len(argv) != 2:
+            print("usage: python ingest.py smoke-ocr FILE.pdf|IMAGE", file=sys.stderr)
+            return 2
+        import ocr
+
+        return ocr.smoke(Path(argv[1]))
     parser = argparse.ArgumentParser(
         description="Index files into a linecite knowledge base (JSON summary on stdout).")
     parser.add_argument("path", type=Path, nargs="?",

@@ -1,10 +1,24 @@
 """Shared fixtures: where ../shared is, and a skip for tests that need it."""
 
+import os
 from pathlib import Path
 
 import pytest
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ocr_cache(tmp_path_factory):
+    """OCR results go to a scratch cache, not the user's (subprocesses inherit it too)."""
+    path = tmp_path_factory.mktemp("ocr-cache")
+    old = os.environ.get("LINECITE_OCR_CACHE")
+    os.environ["LINECITE_OCR_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("LINECITE_OCR_CACHE", None)
+    else:
+        os.environ["LINECITE_OCR_CACHE"] = old
 
 
 def shared_path(*parts: str) -> Path:

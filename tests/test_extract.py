@@ -199,6 +199,7 @@ def test_fallback_that_is_no_better_keeps_the_first_text(monkeypatch, report_pdf
         return {i: "(cid:1)" * 30 for i in wanted or range(4)}, set()
 
     monkeypatch.setattr(extract, "PDF_BACKENDS", [("pypdfium2", garbled), ("pdfminer", also_junk)])
+    monkeypatch.setattr(extract, "_ocr_pages", lambda *args: [])  # OCR is tested in test_ocr
     assert extract.extract(report_pdf) == Extracted(pages=[[junk.rstrip()]] * 4, parser="pypdfium2")
 
 
@@ -500,9 +501,14 @@ def test_corpus_zen_corrupted_keeps_its_first_line():
     assert result.pages[0][0] == "Beautiful is better than ugly."
 
 
-def test_corpus_scan_has_pages_but_no_text():
+def test_corpus_scan_without_ocr_keeps_its_page_and_says_why(monkeypatch, tmp_path):
+    import pytesseract
+
+    monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", "/nonexistent/tesseract")
+    monkeypatch.setenv("LINECITE_OCR_CACHE", str(tmp_path))  # no cached answer either
     result = extract.extract(shared_path("corpus", "pdf", "scanned", "chinese_scan.pdf"))
-    assert result == Extracted(pages=[[]], parser="pypdfium2")
+    assert (result.pages, result.parser) == ([[]], "pypdfium2")
+    assert result.warnings and "ocr unavailable" in result.warnings[0].lower()
 
 
 def test_corpus_korean_legacy_encodings_match_the_utf8_copy():
