@@ -265,6 +265,20 @@ class ChromaStore:
         ids, distances = result["ids"][0], result["distances"][0]
         return [(i, 1.0 - float(d)) for i, d in zip(ids, distances, strict=True)]
 
+    def cosines(self, embedding: Sequence[float], ids: list[str]) -> dict[str, float]:
+        """Cosine of `embedding` with the stored vectors of these ids (unknown ids skipped)."""
+        import numpy as np
+
+        if not ids:
+            return {}
+        got = self._open().get(ids=list(ids), include=["embeddings"])
+        if not got["ids"]:
+            return {}
+        matrix = _matrix(got["embeddings"])
+        query = np.asarray(embedding, dtype=np.float32)
+        norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query) + 1e-12
+        return dict(zip(got["ids"], map(float, matrix @ query / norms), strict=True))
+
     def count(self) -> int:
         """Number of chunks in the collection."""
         return self._open().count()

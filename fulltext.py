@@ -381,6 +381,19 @@ def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: in
     return [(row, row["score"]) for row in conn.execute(sql, params)]
 
 
+def bm25_scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
+                chunk_ids: Sequence[str]) -> dict[str, float]:
+    """BM25 of these chunks, scored as bm25_search scores them; absent: no token matches."""
+    match = quote_fts(query_tokens)
+    if not match or not chunk_ids:
+        return {}
+    marks = ",".join("?" * len(chunk_ids))
+    rows = conn.execute("SELECT c.chunk_id, -bm25(chunks_fts) FROM chunks_fts JOIN chunks c"
+                        " ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
+                        f" AND c.chunk_id IN ({marks})", [match, *chunk_ids])
+    return {cid: score for cid, score in rows}
+
+
 def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
                  source: str | None = None) -> list[sqlite3.Row]:
     """Raw lines containing `needle` (case-insensitive for ASCII), in document order."""

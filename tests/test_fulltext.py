@@ -121,3 +121,14 @@ def test_newer_schema_is_refused_with_advice(tmp_path):
 def test_readonly_open_of_missing_index_says_how_to_create_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="ingest.py"):
         fulltext.connect(tmp_path / "nothing.sqlite3", readonly=True)
+
+
+def test_bm25_scores_of_given_chunks_equal_their_search_scores(conn):
+    add(conn, "a.txt", [["deployment schedule for march"]])
+    add(conn, "b.txt", [["lunch schedule"]])
+    add(conn, "c.txt", [["nothing relevant"]])
+    searched = {row["chunk_id"]: score for row, score in
+                fulltext.bm25_search(conn, ["deployment", "schedule"], 10)}
+    ids = sorted(fulltext.all_chunk_ids(conn))
+    assert fulltext.bm25_scores(conn, ["deployment", "schedule"], ids) == pytest.approx(searched)
+    assert len(searched) == 2  # the chunk without either token has no score at all

@@ -1,0 +1,293 @@
+"""Retrieval quality of linecite's search on the team's BEIR eval sets, beside its baselines.
+
+    python evaluate.py cmrc-zh                   # dev half of CMRC2018 (848 paragraphs)
+    python evaluate.py autorag-ko --split test   # test half of AutoRAG Korean (720 pages)
+    python evaluate.py scifact --cache /tmp/lc   # SciFact train qrels = dev, test qrels = test
+
+Reads the eval sets in ../shared/eval (never copied into the repo). The first run of a set
+builds its KB in <cache>/<set>/ (--cache, default <system temp>/linecite-eval): every corpus
+document becomes one source named by its `_id`, with one page whose lines are its title and
+its text split on "\n", chunked and tokenized exactly as ingest.py does and embedded with
+the built-in USE embedder. A later run reuses that KB; a changed corpus, chunking.py or
+segment.py triggers a pass that re-embeds only the chunks whose text changed.
+
+Every query of the split goes through search.Searcher in each method of METHODS; a hit list
+becomes a document ranking (each source at its first hit). Prints nDCG@10 and recall@10 per
+method and their ratio to BM25 measured in the same run, plus how many queries each method
+ranks worse than BM25 does. Progress to stderr, table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from unittest import mock
+
+import chroma_store
+import chunking
+import fulltext
+import ingest
+import kb as kbmod
+import search
+import segment
+
+# -----------------------------------------------------------------------------
+EVAL = Path(__file__).resolve().parent.parent / "shared" / "eval"  # the team's eval sets
+SETS = {  # name -> (BEIR folder, qrels file of dev, of test; None = a hash half of one file)
+    "scifact": (EVAL / "en" / "beir-scifact", "train.tsv", "test.tsv"),
+    "autorag-ko": (EVAL / "ko" / "autorag-allganize-ko" / "beir", None, "test.tsv"),
+    "cmrc-zh": (EVAL / "zh" / "cmrc2018-dev" / "beir", None, "test.tsv"),
+}
+CUTOFF = 10  # nDCG@10, recall@10
+HITS = 50  # hits asked of search() per query, so 10 distinct sources are almost always there
+DEFAULT_CACHE = Path(tempfile.gettempdir()) / "linecite-eval"
+# -----------------------------------------------------------------------------
+
+Qrels = dict[str, dict[str, int]]  # query id -> {corpus id: relevance}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def read_qrels(path: Path) -> Qrels:
+    qrels: Qrels = {}
+    with path.open(encoding="utf-8") as handle:
+        next(handle)  # header: query-id, corpus-id, score
+        for line in handle:
+            qid, doc, score = line.rstrip("\n").split("\t")
+            if int(score) > 0:
+                qrels.setdefault(qid, {})[doc] = int(score)
+    return qrels
+
+
+def in_dev_half(qid: str) -> bool:
+    """A fixed, even split of one qrels file: the parity of the query id's SHA-256."""
+    return hashlib.sha256(qid.encode("utf-8")).digest()[0] % 2 == 0
+
+
+def split_qrels(name: str, split: str) -> Qrels:
+    folder, dev_file, test_file = SETS[name]
+    if dev_file is not None:
+        return read_qrels(folder / "qrels" / (dev_file if split == "dev" else test_file))
+    qrels = read_qrels(folder / "qrels" / test_file)
+    return {q: docs for q, docs in qrels.items() if in_dev_half(q) == (split == "dev")}
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def doc_pages(doc: dict) -> list[list[str]]:
+    """One page: the title line (if any), then the text's lines."""
+    title = (doc.get("title") or "").strip()
+    return [([title] if title else []) + doc["text"].split("\n")]
+
+
+def fingerprint(corpus: Path) -> str:
+    """Changes when the corpus or the code that decides chunk texts and tokens changes."""
+    digest = hashlib.sha256(corpus.read_bytes())
+    for module in (chunking, segment):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def build(name: str, cache: Path) -> kbmod.KnowledgeBase:
+    """The set's KB, (re)built when its marker file is missing or stale."""
+    corpus = SETS[name][0] / "corpus.jsonl"
+    kb = kbmod.open_or_create(cache, name)
+    marker = kb.folder / "evaluate-build.json"
+    want = fingerprint(corpus)
+    if marker.exists() and json.loads(marker.read_text(encoding="utf-8"))["fingerprint"] == want:
+        return kb
+    start = time.perf_counter()
+    docs = read_jsonl(corpus)
+    print(f"{name}: chunking {len(docs)} documents into {kb.folder}", file=sys.stderr)
+    indexer = ingest.Indexer(kb, progress=True)
+    try:
+        for doc in docs:
+            text = json.dumps(doc, ensure_ascii=False, sort_keys=True)
+            src = fulltext.SourceFile(doc["_id"], str(corpus),
+                                      hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                                      len(text), 0.0)
+            pages = doc_pages(doc)
+            chunks = chunking.chunk_pages(doc["_id"], pages, [set()], segment.tokens)
+            fulltext.replace_source(indexer.conn, src, "beir-jsonl", pages, chunks)
+        chunk_seconds = time.perf_counter() - start
+        embedded = indexer.reconcile()  # embeds every pending chunk; kept ones are skipped
+        counts = fulltext.counts(indexer.conn)
+    finally:
+        indexer.close()
+    seconds = time.perf_counter() - start
+    record = {"fingerprint": want, "counts": counts, "embedded": embedded,
+              "chunk_seconds": round(chunk_seconds, 1), "seconds": round(seconds, 1)}
+    marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"{name}: built in {seconds:.0f} s ({embedded} chunks embedded, "
+          f"{embedded / max(seconds - chunk_seconds, 1e-9):.1f}/s): {counts}", file=sys.stderr)
+    return kb
+
+
+# ----------------------------------------------------------------------------- fusion rules
+# Candidate rules, tried through the real search(): a replacement for search.fuse (same
+# signature), and/or a Searcher whose legs give every candidate both scores.
+
+BM25_CONFIDENT = 0.5  # BM25 is sure when its best source leads the next by this share
+
+
+def fuse_confident(candidates: list[search.Candidate], fusion: search.Fusion = "convex",
+                   vector_weight: float = 0.3) -> list[tuple[search.Candidate, float]]:
+    """Convex fusion whose vector weight fades as BM25's lead over the next source grows:
+    lead = 1 - best(other source) / best, weight = w * max(0, 1 - lead / BM25_CONFIDENT)."""
+    by_source: dict[str, float] = {}
+    for c in candidates:
+        by_source[c.row["source"]] = max(by_source.get(c.row["source"], 0.0), c.bm25)
+    top = sorted(by_source.values(), reverse=True) + [0.0, 0.0]
+    lead = 1.0 - top[1] / top[0] if top[0] > 0 else 0.0
+    weight = vector_weight * max(0.0, 1.0 - lead / BM25_CONFIDENT)
+
+    def score(c: search.Candidate) -> float:
+        return (1 - weight) * c.bm25 / (top[0] or 1.0) + weight * max(c.cosine, 0.0)
+    return sorted(((c, score(c)) for c in candidates), key=lambda pair: -pair[1])
+
+
+def fuse_zscore(candidates: list[search.Candidate], fusion: search.Fusion = "convex",
+                vector_weight: float = 0.2) -> list[tuple[search.Candidate, float]]:
+    """Convex fusion of each leg's z-scores over the candidates (scale-free on both legs)."""
+    def z(values: list[float]) -> list[float]:
+        mean = sum(values) / len(values)
+        spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
+        return [(v - mean) / spread for v in values]
+
+    if not candidates:
+        return []
+    lexical, semantic = z([c.bm25 for c in candidates]), z([c.cosine for c in candidates])
+    scores = [(1 - vector_weight) * b + vector_weight * v
+              for b, v in zip(lexical, semantic, strict=True)]
+    return sorted(zip(candidates, scores, strict=True), key=lambda pair: -pair[1])
+
+
+Fuser = Callable[..., list[tuple[search.Candidate, float]]]
+METHODS: dict[str, tuple[dict, Fuser | None]] = {  # name -> (search() args, fuse to swap in)
+    "bm25": ({"mode": "bm25"}, None),
+    "vector": ({"mode": "vector"}, None),
+    "rrf": ({"mode": "auto", "fusion": "rrf"}, None),
+    **{f"convex w={w / 10:.1f}": ({"mode": "auto", "vector_weight": w / 10}, None)
+       for w in range(1, 7)},
+    "confident w=0.3": ({"mode": "auto", "vector_weight": 0.3}, fuse_confident),
+    "zscore w=0.2": ({"mode": "auto", "vector_weight": 0.2}, fuse_zscore),
+}
+
+
+# ----------------------------------------------------------------------------- measure
+
+
+class CachedEmbeddings:
+    """The KB's store, with each query embedded once for all methods (USE is the slow part)."""
+
+    def __init__(self, store: chroma_store.ChromaStore):
+        self.store = store
+        self.vectors: dict[str, list[float]] = {}
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in texts if t not in self.vectors]
+        self.vectors.update(zip(missing, self.store.embed(missing), strict=True))
+        return [self.vectors[t] for t in texts]
+
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
+
+
+def ranked_sources(searcher: search.Searcher, query: str, kwargs: dict,
+                   fuser: Fuser | None) -> list[str]:
+    """Sources in the order of their first hit."""
+    if fuser is None:
+        hits = searcher.search(query, HITS, **kwargs)
+    else:
+        with mock.patch.object(search, "fuse", fuser):
+            hits = searcher.search(query, HITS, **kwargs)
+    return list(dict.fromkeys(hit.source for hit in hits))
+
+
+def ndcg(ranking: list[str], relevant: dict[str, int]) -> float:
+    dcg = sum(relevant.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranking[:CUTOFF]))
+    ideal = sorted(relevant.values(), reverse=True)[:CUTOFF]
+    return dcg / sum(rel / math.log2(i + 2) for i, rel in enumerate(ideal))
+
+
+def recall(ranking: list[str], relevant: dict[str, int]) -> float:
+    return len(set(ranking[:CUTOFF]) & set(relevant)) / len(relevant)
+
+
+def evaluate(searcher: search.Searcher, queries: dict[str, str],
+             qrels: Qrels) -> dict[str, list[tuple[float, float]]]:
+    """Per method, (nDCG@10, recall@10) of every query, in qrels order."""
+    scores: dict[str, list[tuple[float, float]]] = {name: [] for name in METHODS}
+    start = time.perf_counter()
+    for n, (qid, relevant) in enumerate(qrels.items(), 1):
+        for name, (kwargs, fuser) in METHODS.items():
+            ranking = ranked_sources(searcher, queries[qid], kwargs, fuser)
+            scores[name].append((ndcg(ranking, relevant), recall(ranking, relevant)))
+        if n % 100 == 0 or n == len(qrels):
+            print(f"  {n}/{len(qrels)} queries, {time.perf_counter() - start:.0f} s",
+                  file=sys.stderr)
+    return scores
+
+
+def table(scores: dict[str, list[tuple[float, float]]]) -> str:
+    """nDCG@10, recall@10, both as a ratio of BM25's, and queries ranked worse than BM25."""
+    base = scores["bm25"]
+    base_ndcg = sum(s[0] for s in base) / len(base)
+    base_recall = sum(s[1] for s in base) / len(base)
+    rows = [f"{'method':18} {'nDCG@10':>8} {'R@10':>7} {'nDCG/bm25':>10} {'R/bm25':>7} "
+            f"{'worse':>6} {'better':>6}"]
+    for name, per_query in scores.items():
+        mean_ndcg = sum(s[0] for s in per_query) / len(per_query)
+        mean_recall = sum(s[1] for s in per_query) / len(per_query)
+        worse = sum(s[0] < b[0] - 1e-9 for s, b in zip(per_query, base, strict=True))
+        better = sum(s[0] > b[0] + 1e-9 for s, b in zip(per_query, base, strict=True))
+        rows.append(f"{name:18} {mean_ndcg:8.3f} {mean_recall:7.3f} "
+                    f"{mean_ndcg / base_ndcg:10.3f} {mean_recall / base_recall:7.3f} "
+                    f"{worse:6d} {better:6d}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="nDCG@10 and recall@10 of linecite's search "
+                                     "methods on one eval set, beside BM25.")
+    parser.add_argument("set", choices=sorted(SETS), help="eval set under ../shared/eval")
+    parser.add_argument("--split", choices=("dev", "test"), default="dev",
+                        help="dev to tune on, test to report (default: %(default)s)")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                        help="folder for the built KBs (default: %(default)s)")
+    args = parser.parse_args(argv)
+    folder = SETS[args.set][0]
+    if not (folder / "corpus.jsonl").is_file():
+        print(f"no eval set at {folder}: evaluate.py reads the team's ../shared/eval beside "
+              "the repo; put it there first", file=sys.stderr)
+        return 2
+    kb = build(args.set, args.cache)
+    queries = {q["_id"]: q["text"] for q in read_jsonl(folder / "queries.jsonl")}
+    qrels = {q: docs for q, docs in split_qrels(args.set, args.split).items() if q in queries}
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(None))
+    try:
+        cached = CachedEmbeddings(store)
+        scores = evaluate(search.Searcher(conn, cached), queries, qrels)
+        counts = fulltext.counts(conn)
+    finally:
+        store.close()
+        conn.close()
+    print(f"{args.set} {args.split}: {len(qrels)} queries; KB {counts}")
+    print(table(scores))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
