@@ -16,7 +16,6 @@ to stdout.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import fulltext
 import kb as kbmod
+from ocr import file_sha256 as sha256_file
 from pidlock import LockBusy, PidLock
 
 # ---------------------------------------------------------------------------
@@ -83,14 +83,6 @@ def _pause_point(stage: str) -> None:
     if os.environ.get(PAUSE_ENV) == stage:
         print(f"linecite: paused at {stage}", file=sys.stderr, flush=True)
         time.sleep(3600)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def discover(targets: list[Path], source_name: str | None = None) -> Iterator[tuple[Path, str]]:

@@ -124,7 +124,7 @@ def default_cache_dir(platform: str = sys.platform) -> Path:
 
 
 def file_sha256(path: Path) -> str:
-    """The cache key's file part (ingest.py has it already and may pass it in)."""
+    """A file's SHA-256, read in 1 MB blocks: the OCR cache key, and ingest.py's change test."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
