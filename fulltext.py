@@ -363,10 +363,35 @@ def chunks_by_id(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str
     return {row["chunk_id"]: row for row in rows}
 
 
+BM25_PRUNE_MIN_CHUNKS = 1000  # from this many chunks on, BM25 skips tokens with idf <= 0
+
+
+def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
+    """The FTS5 query for these tokens, without those in half the chunks or more.
+
+    FTS5's idf, log((N - n + 0.5) / (n + 0.5)), is not positive for such a token, so bm25()
+    floors it to 1e-6: it changes no ranking, but makes FTS5 score nearly every chunk ("the",
+    "what"). Dropping it is what keeps BM25 fast on a large index; a small one keeps every
+    token (it is fast anyway, and there every chunk that shares a word stays a hit). A query
+    made only of such tokens keeps them all.
+    """
+    tokens = list(dict.fromkeys(t for t in query_tokens if t))
+    total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    if not tokens or total < BM25_PRUNE_MIN_CHUNKS:
+        return quote_fts(tokens)
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab"
+                 " USING fts5vocab(main, 'chunks_fts', 'row')")  # temp: fine read-only
+    marks = ",".join("?" * len(tokens))
+    common = {term for term, docs in conn.execute(
+        f"SELECT term, doc FROM temp.chunks_vocab WHERE term IN ({marks})", tokens)
+        if 2 * docs >= total}
+    return quote_fts([t for t in tokens if t not in common] or tokens)
+
+
 def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: int,
                 source: str | None = None) -> list[tuple[sqlite3.Row, float]]:
     """Chunks ranked by FTS5's BM25 (k1=1.2, b=0.75); scores are positive, higher is better."""
-    match = quote_fts(query_tokens)
+    match = bm25_match(conn, query_tokens)
     if not match:
         return []
     sql = (f"SELECT {CHUNK_COLUMNS}, -bm25(chunks_fts) AS score"
@@ -384,7 +409,7 @@ def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: in
 def bm25_scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
                 chunk_ids: Sequence[str]) -> dict[str, float]:
     """BM25 of these chunks, scored as bm25_search scores them; absent: no token matches."""
-    match = quote_fts(query_tokens)
+    match = bm25_match(conn, query_tokens)
     if not match or not chunk_ids:
         return {}
     marks = ",".join("?" * len(chunk_ids))

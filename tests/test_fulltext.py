@@ -132,3 +132,13 @@ def test_bm25_scores_of_given_chunks_equal_their_search_scores(conn):
     ids = sorted(fulltext.all_chunk_ids(conn))
     assert fulltext.bm25_scores(conn, ["deployment", "schedule"], ids) == pytest.approx(searched)
     assert len(searched) == 2  # the chunk without either token has no score at all
+
+
+def test_large_index_skips_tokens_in_half_the_chunks_without_changing_the_ranking(conn):
+    chunks = [fulltext.Chunk(f"c{i}", 1, 1, 1, f"the note {i}", f"the note n{i}" +
+                             (" rare" if i % 300 == 7 else "")) for i in range(1200)]
+    fulltext.replace_source(conn, src("many.txt"), "test", [["x"]], chunks)
+    assert fulltext.bm25_match(conn, ["the", "rare", "note"]) == '"rare"'
+    hits = fulltext.bm25_search(conn, ["the", "rare"], 10)
+    assert sorted(row["chunk_id"] for row, _ in hits) == ["c307", "c607", "c7", "c907"]
+    assert len(fulltext.bm25_search(conn, ["the"], 10)) == 10  # only common words: kept
