@@ -140,12 +140,13 @@ class Searcher:
         if use_vector and self.store is None:
             raise ValueError("this knowledge base has no embedder; use search_mode 'bm25'")
         candidates: dict[str, Candidate] = {}
+        tokens = self.tokenize(query) if use_bm25 else []  # Kiwi/jieba once per query
         if use_bm25:
-            self._bm25_leg(query, source, candidates)
+            self._bm25_leg(tokens, source, candidates)
         if use_vector:
             embedding = self._vector_leg(query, source, candidates)
         if use_bm25 and use_vector:
-            self._complete(query, embedding, candidates)
+            self._complete(tokens, embedding, candidates)
             ranked = fuse(list(candidates.values()), fusion, vector_weight)
         else:
             ranked = sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
@@ -164,12 +165,14 @@ class Searcher:
                 break
         return [_with_text(self.conn, h) for h in _diversify(hits)[:top_k]]
 
-    def _bm25_leg(self, query: str, source: str | None, out: dict[str, Candidate]) -> None:
+    def _bm25_leg(self, tokens: list[str], source: str | None,
+                  out: dict[str, Candidate]) -> None:
         for rank, (row, score) in enumerate(
-                fulltext.bm25_search(self.conn, self.tokenize(query), CANDIDATES, source), 1):
+                fulltext.bm25_search(self.conn, tokens, CANDIDATES, source), 1):
             out[row["chunk_id"]] = Candidate(row, bm25=score, bm25_rank=rank)
 
-    def _complete(self, query: str, embedding, candidates: dict[str, Candidate]) -> None:
+    def _complete(self, tokens: list[str], embedding,
+                  candidates: dict[str, Candidate]) -> None:
         """A chunk found by one leg only gets its real score from the other instead of 0 (its
         cosine from its stored vector, its BM25 from FTS5): a missing score would act as a
         filter and drag the fusion below BM25. Ranks stay None: they say which leg found it."""
@@ -177,8 +180,7 @@ class Searcher:
         for cid, cosine in self.store.cosines(embedding, unseen).items():
             candidates[cid].cosine = cosine
         unmatched = [cid for cid, c in candidates.items() if c.bm25_rank is None]
-        for cid, score in fulltext.bm25_scores(self.conn, self.tokenize(query),
-                                               unmatched).items():
+        for cid, score in fulltext.bm25_scores(self.conn, tokens, unmatched).items():
             candidates[cid].bm25 = score
 
     def _vector_leg(self, query: str, source: str | None, out: dict[str, Candidate]):

@@ -1,6 +1,8 @@
 """Shared fixtures: where ../shared is, and a skip for tests that need it."""
 
 import os
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,20 @@ def shared_path(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"needs ../shared/{'/'.join(parts)} (the team's test corpus), absent here")
     return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Ask a server to stop, and kill it if it has not within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

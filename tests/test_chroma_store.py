@@ -7,7 +7,6 @@ because at a user's first search it would try a download (and there is no networ
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import free_port, stop_process
 
 import chroma_store
 from chroma_store import ChromaStore, collection_name, embedder_for
@@ -280,13 +280,6 @@ def test_upsert_and_delete_beyond_the_client_batch_limit(tmp_path: Path, use) ->
 # --- server mode -----------------------------------------------------------------------
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def wait_for_heartbeat(url: str, proc: subprocess.Popen, log: Path, limit: float) -> float:
     """Seconds until the server answers its heartbeat; fails if it dies or stays silent."""
     start = time.monotonic()
@@ -320,12 +313,7 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory):
         print(f"chroma run answered after {startup:.2f} s", file=sys.stderr)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
 
 
 def test_server_round_trip(chroma_server: str, tmp_path: Path, use) -> None:

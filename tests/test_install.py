@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
@@ -83,12 +84,6 @@ def run_sh(folder: Path, env: dict, *args: str, timeout: float = 120):
 
 def show(result: subprocess.CompletedProcess) -> str:
     return f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_open(port: int) -> bool:

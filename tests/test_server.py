@@ -17,7 +17,6 @@ import json
 import os
 import queue
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
+from conftest import free_port, stop_process
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
@@ -587,12 +587,6 @@ async def test_official_sdk_client_round_trip(corpus, tmp_path):
 # 3. streamable HTTP
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                    "clientInfo": {"name": "test_server", "version": "0"}}}
@@ -622,12 +616,7 @@ def http_server(corpus: Corpus, log: Path, host: str = "127.0.0.1", **env: str):
                 time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def raw_initialize(url: str, **headers: str) -> httpx.Response:
