@@ -214,7 +214,8 @@ fi
 # -- 5. Tesseract OCR (optional) -------------------------------------------------------------
 missing_langs() {
     local langs lang out=""
-    langs="$(tesseract --list-langs 2>/dev/null || true)"
+    # asked twice at most: a program just installed can fail its first start (text file busy)
+    langs="$(tesseract --list-langs 2>/dev/null || { sleep 1; tesseract --list-langs 2>/dev/null; } || true)"
     for lang in kor chi_sim; do
         printf '%s\n' "$langs" | grep -qx "$lang" || out="$out $lang"
     done
