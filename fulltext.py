@@ -18,10 +18,12 @@ never migrates.
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from operator import itemgetter
 from pathlib import Path
 
 SCHEMA_VERSION = 2
@@ -353,14 +355,23 @@ CHUNK_COLUMNS = ("c.id, c.chunk_id, s.name AS source, c.page, c.line_start, c.li
                  " c.embed_state")
 
 
+def _chunks_where(conn: sqlite3.Connection, column: str, values: Sequence) -> dict:
+    if not values:
+        return {}
+    marks = ",".join("?" * len(values))
+    rows = conn.execute(f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN sources s"
+                        f" ON s.id = c.source_id WHERE c.{column} IN ({marks})", list(values))
+    return {row[column]: row for row in rows}
+
+
 def chunks_by_id(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, sqlite3.Row]:
     """The chunks with these ids that SQLite holds (others are simply absent)."""
-    if not chunk_ids:
-        return {}
-    marks = ",".join("?" * len(chunk_ids))
-    rows = conn.execute(f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN sources s"
-                        f" ON s.id = c.source_id WHERE c.chunk_id IN ({marks})", list(chunk_ids))
-    return {row["chunk_id"]: row for row in rows}
+    return _chunks_where(conn, "chunk_id", chunk_ids)
+
+
+def chunks_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, sqlite3.Row]:
+    """The chunks with these rowids (`chunks.id`), keyed by rowid."""
+    return _chunks_where(conn, "id", rowids)
 
 
 BM25_PRUNE_MIN_CHUNKS = 1000  # from this many chunks on, BM25 skips tokens with idf <= 0
@@ -388,35 +399,39 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
     return quote_fts([t for t in tokens if t not in common] or tokens)
 
 
-def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: int,
-                source: str | None = None) -> list[tuple[sqlite3.Row, float]]:
-    """Chunks ranked by FTS5's BM25 (k1=1.2, b=0.75); scores are positive, higher is better."""
+def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
+             source: str | None = None) -> dict[int, float]:
+    """BM25 (k1=1.2, b=0.75; positive, higher is better) of every matching chunk, by rowid.
+
+    One FTS5 pass without a join: FTS5 scores every match even for `ORDER BY rank LIMIT n`,
+    so taking them all costs about the same, and both the ranked leg and the scores of the
+    vector leg's chunks are read from it (FinanceBench, 10,907 chunks: 18 ms against 32 ms
+    for the joined, sorted query alone).
+    """
     match = bm25_match(conn, query_tokens)
     if not match:
-        return []
-    sql = (f"SELECT {CHUNK_COLUMNS}, -bm25(chunks_fts) AS score"
-           " FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid"
-           " JOIN sources s ON s.id = c.source_id WHERE chunks_fts MATCH ?")
-    params: list = [match]
-    if source is not None:
-        sql += " AND s.name = ?"
-        params.append(source)
-    sql += " ORDER BY bm25(chunks_fts) LIMIT ?"
-    params.append(limit)
-    return [(row, row["score"]) for row in conn.execute(sql, params)]
-
-
-def bm25_scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
-                chunk_ids: Sequence[str]) -> dict[str, float]:
-    """BM25 of these chunks, scored as bm25_search scores them; absent: no token matches."""
-    match = bm25_match(conn, query_tokens)
-    if not match or not chunk_ids:
         return {}
-    marks = ",".join("?" * len(chunk_ids))
-    rows = conn.execute("SELECT c.chunk_id, -bm25(chunks_fts) FROM chunks_fts JOIN chunks c"
-                        " ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ?"
-                        f" AND c.chunk_id IN ({marks})", [match, *chunk_ids])
-    return {cid: score for cid, score in rows}
+    sql = "SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+    params = [match]
+    if source is not None:
+        sql += (" AND rowid IN (SELECT c.id FROM chunks c JOIN sources s"
+                " ON s.id = c.source_id WHERE s.name = ?)")
+        params.append(source)
+    return dict(conn.execute(sql, params).fetchall())
+
+
+def top_chunks(conn: sqlite3.Connection, scores: dict[int, float],
+               limit: int) -> list[tuple[sqlite3.Row, float]]:
+    """The `limit` best-scored chunks with their rows, best first."""
+    best = heapq.nlargest(limit, scores.items(), key=itemgetter(1))
+    rows = chunks_by_rowid(conn, [rowid for rowid, _ in best])
+    return [(rows[rowid], score) for rowid, score in best if rowid in rows]
+
+
+def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: int,
+                source: str | None = None) -> list[tuple[sqlite3.Row, float]]:
+    """Chunks ranked by FTS5's BM25, best first."""
+    return top_chunks(conn, bm25_all(conn, query_tokens, source), limit)
 
 
 def exact_search(conn: sqlite3.Connection, needle: str, limit: int,

@@ -11,7 +11,8 @@ pages with no text, junk text, or a scanner's OCR layer that Tesseract disagrees
 
 Pages render with pypdfium2 at DPI (no poppler), in the calling thread (pdfium is not
 thread-safe); each page then runs in its own tesseract process from a thread pool, with
-OMP_THREAD_LIMIT=1 so the processes do not fight over cores. Figures are in the README.
+OMP_THREAD_LIMIT=1 so the processes do not fight over cores, and no more of them than fit in
+MEMORY_BUDGET beside the caller (LINECITE_OCR_WORKERS overrides). Figures are in the README.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from pathlib import Path
 DPI = 300  # render resolution; Tesseract is told it, since its own estimate cost CER .038->.058
 DEFAULT_LANG = "kor+chi_sim+eng"  # the first is primary: "eng+kor+..." read Korean at CER .26
 LANG_ENV, CACHE_ENV, WORKERS_ENV = "LINECITE_OCR_LANG", "LINECITE_OCR_CACHE", "LINECITE_OCR_WORKERS"
+MEMORY_BUDGET = 2**30  # an ingest and its tesseract processes stay under 1 GB together
+TESSERACT_MEMORY = 160 * 2**20  # one tesseract, kor+chi_sim+eng at 300 dpi: 150 MB seen
 PAGE_TIMEOUT = 600  # seconds one tesseract run may take before the page is given up
 LAYER_GATE = 3  # pages (first, middle, last) probed for a scanner's invisible OCR layer
 LAYER_SAMPLES = 3  # layered pages OCR'd to judge that layer
@@ -170,9 +173,20 @@ class _Job:
             tmp.unlink(missing_ok=True)
 
 
+def default_workers(rss: int | None = None) -> int:
+    """Tesseract processes to run at once: one per core, but only as many as fit beside this
+    process in MEMORY_BUDGET. Each takes ~150 MB with kor+chi_sim+eng loaded, and an ingest
+    that has loaded Kiwi, jieba and the embedder is already ~740 MB (then one fits)."""
+    import psutil
+
+    rss = psutil.Process().memory_info().rss if rss is None else rss
+    fit = (MEMORY_BUDGET - rss) // TESSERACT_MEMORY
+    return max(1, min(os.cpu_count() or 1, fit))
+
+
 def _job(path: Path, spec: str | None, dpi: int, cache_dir: Path | None, sha256: str | None,
          workers: int | None) -> _Job:
-    workers = workers or int(os.environ.get(WORKERS_ENV) or 0) or os.cpu_count() or 1
+    workers = workers or int(os.environ.get(WORKERS_ENV) or 0) or default_workers()
     return _Job(sha256 or file_sha256(path), spec or os.environ.get(LANG_ENV) or DEFAULT_LANG,
                 dpi, Path(cache_dir) if cache_dir else default_cache_dir(), max(1, workers))
 

@@ -2,7 +2,7 @@
 
 Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes nothing.
 
-- BM25 leg: FTS5 over segmented tokens (fulltext.bm25_search).
+- BM25 leg: FTS5 over segmented tokens (fulltext.bm25_all, one pass per query).
 - Vector leg: the KB's embedder over Chroma; a vector hit that SQLite does not hold as an
   indexed chunk is dropped (SQLite is the record, Chroma may lag behind it).
 - Fusion: a convex combination of max-normalised BM25 and cosine similarity. Plain RRF (k=60,
@@ -140,13 +140,14 @@ class Searcher:
         if use_vector and self.store is None:
             raise ValueError("this knowledge base has no embedder; use search_mode 'bm25'")
         candidates: dict[str, Candidate] = {}
-        tokens = self.tokenize(query) if use_bm25 else []  # Kiwi/jieba once per query
+        # every matching chunk's BM25, read once: the ranked leg and _complete both use it
+        bm25 = fulltext.bm25_all(self.conn, self.tokenize(query), source) if use_bm25 else {}
         if use_bm25:
-            self._bm25_leg(tokens, source, candidates)
+            self._bm25_leg(bm25, candidates)
         if use_vector:
             embedding = self._vector_leg(query, source, candidates)
         if use_bm25 and use_vector:
-            self._complete(tokens, embedding, candidates)
+            self._complete(bm25, embedding, candidates)
             ranked = fuse(list(candidates.values()), fusion, vector_weight)
         else:
             ranked = sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
@@ -165,23 +166,22 @@ class Searcher:
                 break
         return [_with_text(self.conn, h) for h in _diversify(hits)[:top_k]]
 
-    def _bm25_leg(self, tokens: list[str], source: str | None,
-                  out: dict[str, Candidate]) -> None:
-        for rank, (row, score) in enumerate(
-                fulltext.bm25_search(self.conn, tokens, CANDIDATES, source), 1):
+    def _bm25_leg(self, bm25: dict[int, float], out: dict[str, Candidate]) -> None:
+        for rank, (row, score) in enumerate(fulltext.top_chunks(self.conn, bm25, CANDIDATES), 1):
             out[row["chunk_id"]] = Candidate(row, bm25=score, bm25_rank=rank)
 
-    def _complete(self, tokens: list[str], embedding,
+    def _complete(self, bm25: dict[int, float], embedding,
                   candidates: dict[str, Candidate]) -> None:
         """A chunk found by one leg only gets its real score from the other instead of 0 (its
-        cosine from its stored vector, its BM25 from FTS5): a missing score would act as a
-        filter and drag the fusion below BM25. Ranks stay None: they say which leg found it."""
+        cosine from its stored vector, its BM25 from the leg's full scoring): a missing score
+        would act as a filter and drag the fusion below BM25. Ranks stay None: they say which
+        leg found it."""
         unseen = [cid for cid, c in candidates.items() if c.vector_rank is None]
         for cid, cosine in self.store.cosines(embedding, unseen).items():
             candidates[cid].cosine = cosine
-        unmatched = [cid for cid, c in candidates.items() if c.bm25_rank is None]
-        for cid, score in fulltext.bm25_scores(self.conn, tokens, unmatched).items():
-            candidates[cid].bm25 = score
+        for cand in candidates.values():
+            if cand.bm25_rank is None:
+                cand.bm25 = bm25.get(cand.row["id"], 0.0)
 
     def _vector_leg(self, query: str, source: str | None, out: dict[str, Candidate]):
         """Fill `out` with the nearest chunks; returns the query's embedding for _complete."""

@@ -13,7 +13,8 @@ Text is NFKC-normalized (full-width Ａ１ -> a1) and casefolded, then split on 
 - All other text -> runs of letters, digits and combining marks. Punctuation splits words,
   so "3.5" -> "3" "5" and "e-mail" -> "e" "mail", just as FTS5's unicode61 would split them.
 Every token holds only Unicode letters, digits and marks, so FTS5 never re-splits it.
-Kiwi and jieba load on first use, once per process; nothing is ever written to stdout.
+Kiwi and jieba each load on first need (the first Hangul, the first Han), once per process;
+nothing is ever written to stdout.
 
 BM25Okapi nDCG@10, title + text, whole documents: autorag-ko 0.936 (114 queries),
 cmrc2018-dev 0.988 (3,219 queries), scifact 0.658 train / 0.652 test. CPU time per token on
@@ -45,8 +46,8 @@ HANGUL_RE = re.compile(f"[{HANGUL}]+")
 INVISIBLE_RE = re.compile("[\u00ad\u200b\u2060\ufeff\ud800-\udfff]")
 
 _lock = threading.Lock()
-_kiwi = None  # kiwipiepy.Kiwi, set by _load()
-_jieba = None  # jieba.Tokenizer, set by _load()
+_kiwi = None  # kiwipiepy.Kiwi, set by _kiwi_model()
+_jieba = None  # jieba.Tokenizer, set by _jieba_tokenizer()
 
 
 @cache
@@ -58,26 +59,37 @@ def _word_re(exclude: str = "") -> re.Pattern[str]:
     return re.compile(rf"[^\W_{exclude}](?:[^\W_{exclude}]|[{marks}])*")  # no lone marks
 
 
-def _load() -> None:
-    """Load Kiwi and jieba once per process, silencing jieba's 'Building prefix dict' log."""
-    global _kiwi, _jieba
+def _kiwi_model():
+    """Kiwi, loaded on the first Hangul text (~320 MB resident: an English-only corpus never
+    pays for it)."""
+    global _kiwi
     with _lock:
-        if _jieba is not None:
-            return
-        import logging
+        if _kiwi is None:
+            from kiwipiepy import Kiwi
 
-        import jieba
-        from kiwipiepy import Kiwi
+            # Its multi-word dictionary yields one NNP "해리 포터와 마법사의 돌" with the
+            # particles inside, which a query "해리 포터" would never match. Model: the bundled one.
+            kiwi = Kiwi(load_multi_dict=False)
+            kiwi.tokenize("")  # Kiwi finishes loading on its first call
+            _kiwi = kiwi
+    return _kiwi
 
-        jieba.setLogLevel(logging.WARNING)  # it logs to stderr, but the noise helps nobody
-        # Its multi-word dictionary yields one NNP "해리 포터와 마법사의 돌" with the particles
-        # inside, which a query "해리 포터" would never match. Model: the bundled one, cong.
-        kiwi = Kiwi(load_multi_dict=False)
-        kiwi.tokenize("")  # Kiwi finishes loading on its first call
-        tok = jieba.Tokenizer()  # our own instance: jieba.add_word elsewhere cannot change it
-        tok.initialize()
-        _word_re(), _word_re(HANGUL)
-        _kiwi, _jieba = kiwi, tok
+
+def _jieba_tokenizer():
+    """jieba, loaded on the first Han or kana text (~80 MB), its 'Building prefix dict' log
+    silenced: it goes to stderr, but the noise helps nobody."""
+    global _jieba
+    with _lock:
+        if _jieba is None:
+            import logging
+
+            import jieba
+
+            jieba.setLogLevel(logging.WARNING)
+            tok = jieba.Tokenizer()  # our own instance: jieba.add_word elsewhere cannot change it
+            tok.initialize()
+            _jieba = tok
+    return _jieba
 
 
 def _normalize(text: str) -> str:
@@ -114,7 +126,8 @@ def _pieces(text: str) -> Iterator[tuple[str, str]]:
 def _zh(run: str) -> list[str]:
     """Search mode without HMM: HMM guesses unknown words from context, so a short query and a
     long passage split the same string differently (cmrc 0.982 with HMM, 0.988 without)."""
-    return [w for piece in _jieba.cut_for_search(run, HMM=False) for w in _word_re().findall(piece)]
+    pieces = _jieba_tokenizer().cut_for_search(run, HMM=False)
+    return [w for piece in pieces for w in _word_re().findall(piece)]
 
 
 def _ko(piece: str, morphs: list) -> list[str]:
@@ -134,12 +147,10 @@ def tokens(text: str) -> list[str]:
 def tokens_many(texts: Iterable[str]) -> list[list[str]]:
     """tokens() for many texts; their Korean pieces go to Kiwi as one batch, which lets its worker
     threads share them (measured no faster than a loop on a busy 2-core machine)."""
-    if _jieba is None:
-        _load()
     plans = [list(_pieces(_normalize(text))) for text in texts]
     ko = [piece for plan in plans for kind, piece in plan if kind == "ko"]
     # match_options=0: no URL/hashtag/emoji matching, which would swallow "#배포" whole
-    analysed = iter(_kiwi.tokenize(ko, match_options=0)) if ko else iter(())
+    analysed = iter(_kiwi_model().tokenize(ko, match_options=0)) if ko else iter(())
     out = []
     for plan in plans:
         toks: list[str] = []

@@ -123,15 +123,20 @@ def test_readonly_open_of_missing_index_says_how_to_create_it(tmp_path):
         fulltext.connect(tmp_path / "nothing.sqlite3", readonly=True)
 
 
-def test_bm25_scores_of_given_chunks_equal_their_search_scores(conn):
+def test_bm25_all_scores_every_match_as_fts5_ranks_it_and_filters_by_source(conn):
     add(conn, "a.txt", [["deployment schedule for march"]])
     add(conn, "b.txt", [["lunch schedule"]])
     add(conn, "c.txt", [["nothing relevant"]])
-    searched = {row["chunk_id"]: score for row, score in
-                fulltext.bm25_search(conn, ["deployment", "schedule"], 10)}
-    ids = sorted(fulltext.all_chunk_ids(conn))
-    assert fulltext.bm25_scores(conn, ["deployment", "schedule"], ids) == pytest.approx(searched)
-    assert len(searched) == 2  # the chunk without either token has no score at all
+    scores = fulltext.bm25_all(conn, ["deployment", "schedule"])
+    fts5 = dict(conn.execute("SELECT rowid, -bm25(chunks_fts) FROM chunks_fts"
+                             " WHERE chunks_fts MATCH '\"deployment\" OR \"schedule\"'"))
+    assert scores == pytest.approx(fts5) and len(scores) == 2  # c.txt matches neither token
+    searched = [(row["id"], score) for row, score in
+                fulltext.bm25_search(conn, ["deployment", "schedule"], 10)]
+    assert searched == sorted(scores.items(), key=lambda pair: -pair[1])
+    only_b = fulltext.bm25_all(conn, ["deployment", "schedule"], source="b.txt")
+    assert list(only_b) == [row["id"] for row, _ in
+                            fulltext.bm25_search(conn, ["lunch"], 1)]
 
 
 def test_large_index_skips_tokens_in_half_the_chunks_without_changing_the_ranking(conn):

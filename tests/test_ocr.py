@@ -363,3 +363,16 @@ def test_corpus_wrong_ocr_layer_is_read_again_and_a_good_one_kept():
     good = extract.extract(shared_path(*SCANNED, "a1977-backus-p21.pdf"))
     assert good.parser == "pypdfium2"  # its layer agreed with Tesseract's sample reading
     assert good.pages[0][0] == "position is that it permits the definition of new functional"
+
+
+def test_default_workers_keep_the_ingest_and_its_tesseracts_under_the_budget(monkeypatch):
+    monkeypatch.setattr(ocr.os, "cpu_count", lambda: 16)
+    for rss_mb in (40, 330, 740, 1500):
+        workers = ocr.default_workers(rss_mb * 2**20)
+        assert workers >= 1  # OCR always runs, even past the budget
+        if workers > 1:
+            assert rss_mb * 2**20 + workers * ocr.TESSERACT_MEMORY <= ocr.MEMORY_BUDGET
+    assert ocr.default_workers(740 * 2**20) == 1  # Kiwi, jieba and USE loaded: one fits
+    assert ocr.default_workers(40 * 2**20) == 6  # not 16, the cores
+    monkeypatch.setattr(ocr.os, "cpu_count", lambda: 2)
+    assert ocr.default_workers(40 * 2**20) == 2  # nor more than the cores

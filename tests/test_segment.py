@@ -137,12 +137,23 @@ def test_tokens_many_equals_tokens_one_by_one():
     assert tokens_many(iter(texts[:2])) == [["배포", "시작"], []]  # any iterable
 
 
-def test_import_loads_no_segmenter():
-    code = "import sys, segment; print(sorted({'kiwipiepy', 'jieba'} & set(sys.modules)))"
+def test_each_segmenter_loads_only_when_its_script_first_appears():
+    code = """if True:
+        import sys, segment
+        loaded = lambda: sorted({'kiwipiepy', 'jieba'} & set(sys.modules))
+        print(loaded())
+        segment.tokens('Revenue grew 3.5% in FY2022')
+        print(loaded())
+        segment.tokens('배포 일정')
+        print(loaded())
+        segment.tokens('人工智能')
+        print(loaded())
+    """
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert out.stdout == "[]\n"
+    # English alone never pays for Kiwi (~320 MB) or jieba (~80 MB)
+    assert out.stdout.splitlines() == ["[]", "[]", "['kiwipiepy']", "['jieba', 'kiwipiepy']"]
 
 
 def test_first_use_from_threads_loads_once_and_writes_nothing_to_stdout(tmp_path):
