@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from operator import itemgetter
 from pathlib import Path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FILENAME = "fulltext.sqlite3"
 # segment.py emits tokens made only of these categories, so FTS5 never re-splits them
 TOKEN_CATEGORIES = "L* N* Co M*"
@@ -132,7 +132,12 @@ def _m002_warnings_and_context(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE chunks ADD COLUMN context TEXT NOT NULL DEFAULT ''")
 
 
-MIGRATIONS = [_m001_create_tables, _m002_warnings_and_context]
+def _m003_meta(conn: sqlite3.Connection) -> None:
+    """Facts about the index as a whole, such as which segmenter made its tokens."""
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+
+MIGRATIONS = [_m001_create_tables, _m002_warnings_and_context, _m003_meta]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -171,6 +176,23 @@ def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     else:
         _migrate(conn)
     return conn
+
+
+SEGMENTER_KEY = "segmenter"  # meta key: segment.signature() of the stored chunk tokens
+
+
+def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    """A value from `meta`; None when unset or the index predates the table (schema < 3)."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    except sqlite3.OperationalError:  # no such table: an older index opened read-only
+        return None
+    return row[0] if row else None
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    with conn:
+        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
 
 # ---------------------------------------------------------------------------
@@ -300,6 +322,21 @@ def set_all_pending(conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE chunks SET embed_state = 'pending', embed_error = NULL")
         conn.execute("UPDATE sources SET state = 'pending' WHERE state IN ('ready', 'degraded')"
                      " AND pages > 0")
+
+
+def searchable_chunks(conn: sqlite3.Connection, after: int, limit: int) -> list[sqlite3.Row]:
+    """(id, text, context) of up to `limit` chunks with rowid > after, in rowid order."""
+    return conn.execute("SELECT id, text, context FROM chunks WHERE id > ? ORDER BY id LIMIT ?",
+                        (after, limit)).fetchall()
+
+
+def replace_tokens(conn: sqlite3.Connection, tokens: dict[int, str]) -> None:
+    """New tokens for these chunks and the BM25 index rebuilt from the table, in one
+    transaction: FTS5's external-content index must never hold tokens the table lacks."""
+    with conn:
+        conn.executemany("UPDATE chunks SET tokens = ? WHERE id = ?",
+                         [(text, rowid) for rowid, text in tokens.items()])
+        conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
 
 
 def set_pending_indexed(conn: sqlite3.Connection) -> None:

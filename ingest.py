@@ -33,6 +33,7 @@ from pidlock import LockBusy, PidLock
 EMBED_BATCH = 32  # chunks per embedder call and Chroma upsert
 PAUSE_ENV = "LINECITE_PAUSE_AT"  # tests: stop at a named stage so they can kill -9 there
 RETRY_STATES = ("failed", "needs_action")  # unreadable last time: try again on every run
+RETOKENIZE_BATCH = 500  # chunks per segmenter call when an index is re-tokenized
 # ---------------------------------------------------------------------------
 
 
@@ -168,6 +169,30 @@ class Indexer:
         self.lock.release()
 
     # -- the storage protocol ------------------------------------------------
+    def retokenize(self) -> int:
+        """Re-segment every chunk when the index's tokens came from another segmenter (an
+        upgraded kiwipiepy or jieba, changed rules); returns chunks re-tokenized. Lines,
+        chunks and vectors stay: only the BM25 tokens change, written in one transaction."""
+        import segment
+
+        current = segment.signature()
+        if fulltext.get_meta(self.conn, fulltext.SEGMENTER_KEY) == current:
+            return 0
+        total = fulltext.counts(self.conn)["chunks"]
+        tokens: dict[int, str] = {}
+        with _progress(None, total, "re-tokenizing", self.progress and total > 0) as bar:
+            while rows := fulltext.searchable_chunks(self.conn, max(tokens, default=0),
+                                                    RETOKENIZE_BATCH):
+                texts = [f"{r['context']}\n{r['text']}" if r["context"] else r["text"]
+                         for r in rows]
+                for row, toks in zip(rows, segment.tokens_many(texts), strict=True):
+                    tokens[row["id"]] = " ".join(toks)
+                bar.update(len(rows))
+        if tokens:
+            fulltext.replace_tokens(self.conn, tokens)
+        fulltext.set_meta(self.conn, fulltext.SEGMENTER_KEY, current)
+        return len(tokens)
+
     def reconcile(self) -> int:
         """Make Chroma match SQLite after whatever a crash left; returns chunks embedded."""
         self._forget(fulltext.tombstones(self.conn))
@@ -314,6 +339,7 @@ def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], prog
     summary = Summary(kb=kb.id)
     indexer = Indexer(kb, progress=progress, report=report)
     try:
+        indexer.retokenize()
         summary.embedded += indexer.reconcile()
         work(indexer, summary)
         summary.fulltext = {"path": str(kb.fulltext_path), **fulltext.counts(indexer.conn)}

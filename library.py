@@ -220,6 +220,7 @@ class Library:
 
     def get_index_info(self, kb_id: str | None) -> dict:
         import queue_runner
+        import segment
 
         kb_id = self.resolve(kb_id)
         folder = self.base / kb_id
@@ -240,6 +241,12 @@ class Library:
             info["problem_files"] = [
                 {k: s[k] for k in ("name", "state", "error")} for s in sources
                 if s["state"] in ("failed", "needs_action", "degraded")]
+            made_by = fulltext.get_meta(conn, fulltext.SEGMENTER_KEY)
+            if info["counts"]["chunks"] and made_by != segment.signature():
+                info["warnings"] = [
+                    "this index's BM25 tokens come from another version of the segmenters "
+                    "(Kiwi, jieba), so keyword search can miss words; start_reindex(kb_id) "
+                    "re-tokenizes it without extracting or embedding again"]
         return info
 
     def check_changes(self, kb_id: str | None) -> dict:

@@ -45,6 +45,10 @@ HANGUL_RE = re.compile(f"[{HANGUL}]+")
 # soft hyphen, zero-width space, word joiner, BOM; lone surrogates (Kiwi would drop a neighbour)
 INVISIBLE_RE = re.compile("[\u00ad\u200b\u2060\ufeff\ud800-\udfff]")
 
+# Bump when a change to this file changes any token: indexes made before are re-tokenized
+# by the next ingest run (see signature()).
+RULES_REVISION = 1
+
 _lock = threading.Lock()
 _kiwi = None  # kiwipiepy.Kiwi, set by _kiwi_model()
 _jieba = None  # jieba.Tokenizer, set by _jieba_tokenizer()
@@ -90,6 +94,16 @@ def _jieba_tokenizer():
             tok.initialize()
             _jieba = tok
     return _jieba
+
+
+def signature() -> str:
+    """What decides the tokens: these rules and the segmenters' versions. An index whose
+    tokens came from another signature would silently miss words a query now splits
+    differently (a kiwipiepy upgrade changes morphemes), so ingest re-tokenizes it."""
+    from importlib.metadata import version
+
+    return (f"segment rules {RULES_REVISION}; kiwipiepy {version('kiwipiepy')}; "
+            f"jieba {version('jieba')}")
 
 
 def _normalize(text: str) -> str:

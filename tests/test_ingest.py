@@ -250,3 +250,36 @@ def test_second_writer_is_refused_while_the_first_holds_the_kb(tmp_path):
     finally:
         first.close()
     ingest.Indexer(kb).close()  # free again once released
+
+
+def test_tokens_from_another_segmenter_are_redone_without_extracting_or_embedding(tmp_path):
+    import library
+
+    doc = write_text(tmp_path / "plan.txt", 6)
+    base = tmp_path / "base"
+    run_cli(str(doc), base=base)
+    kb = kbmod.load(base, "default")
+    conn = fulltext.connect(kb.fulltext_path)
+    assert fulltext.get_meta(conn, fulltext.SEGMENTER_KEY) == segment.signature()
+    assert fulltext.bm25_search(conn, ["deployment"], 5)
+    # what an upgraded kiwipiepy or a rule change leaves: tokens the queries no longer make
+    fulltext.replace_tokens(conn, {r[0]: "stale" for r in conn.execute("SELECT id FROM chunks")})
+    fulltext.set_meta(conn, fulltext.SEGMENTER_KEY, "segment rules 0; kiwipiepy 0.1")
+    conn.close()
+    lib = library.Library(base)
+    assert "re-tokenizes" in lib.get_index_info("default")["warnings"][0]
+    lib.close()
+
+    again = run_cli(str(doc), base=base)
+    assert (again["unchanged"], again["indexed"], again["embedded"]) == (1, 0, 0)
+    conn = fulltext.connect(kb.fulltext_path)
+    assert fulltext.get_meta(conn, fulltext.SEGMENTER_KEY) == segment.signature()
+    assert fulltext.bm25_search(conn, ["stale"], 5) == []
+    found = fulltext.bm25_search(conn, segment.tokens("rollback steps"), 5)
+    assert found and all("rollback" in row["text"] for row, _ in found)
+    conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
+    conn.close()
+    assert_stores_agree(base)
+    lib = library.Library(base)
+    assert "warnings" not in lib.get_index_info("default")
+    lib.close()
