@@ -3,13 +3,16 @@
     python evaluate.py cmrc-zh                   # dev half of CMRC2018 (848 paragraphs)
     python evaluate.py autorag-ko --split test   # test half of AutoRAG Korean (720 pages)
     python evaluate.py scifact --cache /tmp/lc   # SciFact train qrels = dev, test qrels = test
+    python evaluate.py financebench --split all  # 58 questions -> evidence pages of 36 10-Ks
 
 Reads the eval sets in ../shared/eval (never copied into the repo). The first run of a set
 builds its KB in <cache>/<set>/ (--cache, default <system temp>/linecite-eval): every corpus
 document becomes one source named by its `_id`, with one page whose lines are its title and
 its text split on "\n", chunked and tokenized exactly as ingest.py does and embedded with
 the built-in USE embedder. A later run reuses that KB; a changed corpus, chunking.py or
-segment.py triggers a pass that re-embeds only the chunks whose text changed.
+segment.py triggers a pass that re-embeds only the chunks whose text changed. FinanceBench
+is indexed from its PDFs by ingest.py's own pipeline, and ranked by evidence page
+(`<document>#<0-based page>`) rather than by document.
 
 Every query of the split goes through search.Searcher in each method of METHODS; a hit list
 becomes a document ranking (each source at its first hit). Prints nDCG@10 and recall@10 per
@@ -45,6 +48,9 @@ SETS = {  # name -> (BEIR folder, qrels file of dev, of test; None = a hash half
     "autorag-ko": (EVAL / "ko" / "autorag-allganize-ko" / "beir", None, "test.tsv"),
     "cmrc-zh": (EVAL / "zh" / "cmrc2018-dev" / "beir", None, "test.tsv"),
 }
+PDF_SETS = {  # name -> folder with pdfs/, questions_subset.jsonl and qrels_pages.tsv
+    "financebench": EVAL / "en" / "financebench-subset",
+}
 CUTOFF = 10  # nDCG@10, recall@10
 HITS = 50  # hits asked of search() per query, so 10 distinct sources are almost always there
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "linecite-eval"
@@ -75,11 +81,36 @@ def in_dev_half(qid: str) -> bool:
 
 
 def split_qrels(name: str, split: str) -> Qrels:
+    if name in PDF_SETS:
+        return page_qrels(PDF_SETS[name] / "qrels_pages.tsv", split)
     folder, dev_file, test_file = SETS[name]
+    if split == "all":
+        return {**split_qrels(name, "dev"), **split_qrels(name, "test")}
     if dev_file is not None:
         return read_qrels(folder / "qrels" / (dev_file if split == "dev" else test_file))
     qrels = read_qrels(folder / "qrels" / test_file)
     return {q: docs for q, docs in qrels.items() if in_dev_half(q) == (split == "dev")}
+
+
+def page_qrels(path: Path, split: str) -> Qrels:
+    """FinanceBench's evidence pages as `<document>#<0-based page>`, all of relevance 1."""
+    qrels: Qrels = {}
+    with path.open(encoding="utf-8") as handle:
+        next(handle)  # header: query-id, doc_name, page_index0
+        for line in handle:
+            qid, doc, page = line.rstrip("\n").split("\t")
+            if split == "all" or in_dev_half(qid) == (split == "dev"):
+                qrels.setdefault(qid, {})[f"{doc}#{page}"] = 1
+    return qrels
+
+
+def page_key(hit: search.Hit) -> str:
+    """A hit as FinanceBench names its evidence: file stem and 0-based page."""
+    return f"{Path(hit.source).stem}#{hit.page - 1}"
+
+
+def source_key(hit: search.Hit) -> str:
+    return hit.source
 
 
 # ----------------------------------------------------------------------------- build
@@ -131,6 +162,16 @@ def build(name: str, cache: Path) -> kbmod.KnowledgeBase:
     marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     print(f"{name}: built in {seconds:.0f} s ({embedded} chunks embedded, "
           f"{embedded / max(seconds - chunk_seconds, 1e-9):.1f}/s): {counts}", file=sys.stderr)
+    return kb
+
+
+def build_pdfs(name: str, cache: Path) -> kbmod.KnowledgeBase:
+    """The set's KB through the real pipeline (extract, OCR, chunk, embed); a later run only
+    re-indexes what changed, as `ingest.py` does for users."""
+    kb = kbmod.open_or_create(cache, name)
+    print(f"{name}: indexing {PDF_SETS[name] / 'pdfs'} into {kb.folder}", file=sys.stderr)
+    summary = ingest.ingest(kb, [PDF_SETS[name] / "pdfs"], progress=True)
+    print(f"{name}: {summary.indexed} indexed, {summary.unchanged} unchanged", file=sys.stderr)
     return kb
 
 
@@ -204,15 +245,15 @@ class CachedEmbeddings:
         return getattr(self.store, name)
 
 
-def ranked_sources(searcher: search.Searcher, query: str, kwargs: dict,
-                   fuser: Fuser | None) -> list[str]:
-    """Sources in the order of their first hit."""
+def ranked(searcher: search.Searcher, query: str, kwargs: dict, fuser: Fuser | None,
+           key: Callable[[search.Hit], str]) -> list[str]:
+    """Documents (or pages) in the order of their first hit."""
     if fuser is None:
         hits = searcher.search(query, HITS, **kwargs)
     else:
         with mock.patch.object(search, "fuse", fuser):
             hits = searcher.search(query, HITS, **kwargs)
-    return list(dict.fromkeys(hit.source for hit in hits))
+    return list(dict.fromkeys(map(key, hits)))
 
 
 def ndcg(ranking: list[str], relevant: dict[str, int]) -> float:
@@ -225,14 +266,14 @@ def recall(ranking: list[str], relevant: dict[str, int]) -> float:
     return len(set(ranking[:CUTOFF]) & set(relevant)) / len(relevant)
 
 
-def evaluate(searcher: search.Searcher, queries: dict[str, str],
-             qrels: Qrels) -> dict[str, list[tuple[float, float]]]:
+def evaluate(searcher: search.Searcher, queries: dict[str, str], qrels: Qrels,
+             key: Callable[[search.Hit], str] = source_key) -> dict[str, list[tuple[float, float]]]:
     """Per method, (nDCG@10, recall@10) of every query, in qrels order."""
     scores: dict[str, list[tuple[float, float]]] = {name: [] for name in METHODS}
     start = time.perf_counter()
     for n, (qid, relevant) in enumerate(qrels.items(), 1):
         for name, (kwargs, fuser) in METHODS.items():
-            ranking = ranked_sources(searcher, queries[qid], kwargs, fuser)
+            ranking = ranked(searcher, queries[qid], kwargs, fuser, key)
             scores[name].append((ndcg(ranking, relevant), recall(ranking, relevant)))
         if n % 100 == 0 or n == len(qrels):
             print(f"  {n}/{len(qrels)} queries, {time.perf_counter() - start:.0f} s",
@@ -261,25 +302,32 @@ def table(scores: dict[str, list[tuple[float, float]]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="nDCG@10 and recall@10 of linecite's search "
                                      "methods on one eval set, beside BM25.")
-    parser.add_argument("set", choices=sorted(SETS), help="eval set under ../shared/eval")
-    parser.add_argument("--split", choices=("dev", "test"), default="dev",
+    parser.add_argument("set", choices=sorted({**SETS, **PDF_SETS}),
+                        help="eval set under ../shared/eval")
+    parser.add_argument("--split", choices=("dev", "test", "all"), default="dev",
                         help="dev to tune on, test to report (default: %(default)s)")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                         help="folder for the built KBs (default: %(default)s)")
     args = parser.parse_args(argv)
-    folder = SETS[args.set][0]
-    if not (folder / "corpus.jsonl").is_file():
+    if args.set in PDF_SETS:
+        folder, key, build_kb = PDF_SETS[args.set], page_key, build_pdfs
+        with (folder / "questions_subset.jsonl").open(encoding="utf-8") as handle:
+            queries = {q["financebench_id"]: q["question"] for q in map(json.loads, handle)}
+    else:
+        folder, key, build_kb = SETS[args.set][0], source_key, build
+        queries = {}
+    if not folder.is_dir():
         print(f"no eval set at {folder}: evaluate.py reads the team's ../shared/eval beside "
               "the repo; put it there first", file=sys.stderr)
         return 2
-    kb = build(args.set, args.cache)
-    queries = {q["_id"]: q["text"] for q in read_jsonl(folder / "queries.jsonl")}
+    kb = build_kb(args.set, args.cache)
+    queries = queries or {q["_id"]: q["text"] for q in read_jsonl(folder / "queries.jsonl")}
     qrels = {q: docs for q, docs in split_qrels(args.set, args.split).items() if q in queries}
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(None))
     try:
         cached = CachedEmbeddings(store)
-        scores = evaluate(search.Searcher(conn, cached), queries, qrels)
+        scores = evaluate(search.Searcher(conn, cached), queries, qrels, key)
         counts = fulltext.counts(conn)
     finally:
         store.close()

@@ -325,9 +325,10 @@ def set_all_pending(conn: sqlite3.Connection) -> None:
 
 
 def searchable_chunks(conn: sqlite3.Connection, after: int, limit: int) -> list[sqlite3.Row]:
-    """(id, text, context) of up to `limit` chunks with rowid > after, in rowid order."""
-    return conn.execute("SELECT id, text, context FROM chunks WHERE id > ? ORDER BY id LIMIT ?",
-                        (after, limit)).fetchall()
+    """(id, source, context, text) of up to `limit` chunks with rowid > after, by rowid."""
+    return conn.execute("SELECT c.id, s.name AS source, c.context, c.text FROM chunks c"
+                        " JOIN sources s ON s.id = c.source_id WHERE c.id > ?"
+                        " ORDER BY c.id LIMIT ?", (after, limit)).fetchall()
 
 
 def replace_tokens(conn: sqlite3.Connection, tokens: dict[int, str]) -> None:

@@ -173,6 +173,7 @@ class Indexer:
         """Re-segment every chunk when the index's tokens came from another segmenter (an
         upgraded kiwipiepy or jieba, changed rules); returns chunks re-tokenized. Lines,
         chunks and vectors stay: only the BM25 tokens change, written in one transaction."""
+        import chunking
         import segment
 
         current = segment.signature()
@@ -183,8 +184,7 @@ class Indexer:
         with _progress(None, total, "re-tokenizing", self.progress and total > 0) as bar:
             while rows := fulltext.searchable_chunks(self.conn, max(tokens, default=0),
                                                     RETOKENIZE_BATCH):
-                texts = [f"{r['context']}\n{r['text']}" if r["context"] else r["text"]
-                         for r in rows]
+                texts = [chunking.bm25_text(r["source"], r["context"], r["text"]) for r in rows]
                 for row, toks in zip(rows, segment.tokens_many(texts), strict=True):
                     tokens[row["id"]] = " ".join(toks)
                 bar.update(len(rows))

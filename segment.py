@@ -45,9 +45,9 @@ HANGUL_RE = re.compile(f"[{HANGUL}]+")
 # soft hyphen, zero-width space, word joiner, BOM; lone surrogates (Kiwi would drop a neighbour)
 INVISIBLE_RE = re.compile("[\u00ad\u200b\u2060\ufeff\ud800-\udfff]")
 
-# Bump when a change to this file changes any token: indexes made before are re-tokenized
-# by the next ingest run (see signature()).
-RULES_REVISION = 1
+# Bump when a change to this file or to chunking.bm25_text changes any chunk's tokens: indexes
+# made before are re-tokenized by the next ingest run (see signature()). 2: title words.
+RULES_REVISION = 2
 
 _lock = threading.Lock()
 _kiwi = None  # kiwipiepy.Kiwi, set by _kiwi_model()

@@ -35,7 +35,7 @@ def test_chunks_are_exact_line_runs_within_size_and_skip_noise():
         assert 1 not in range(c.line_start, c.line_end + 1)
         assert len(pages[c.page - 1]) not in range(c.line_start, c.line_end + 1)
         assert len(c.text) <= chunking.MAX_CHARS + 200  # the overlap line may add a little
-        assert c.tokens == " ".join(c.text.split())
+        assert c.tokens == " ".join(["report", *c.text.split()])  # the file's title first
     # every non-noise, non-blank line is in some chunk
     for p, lines in enumerate(pages, 1):
         covered = {n for c in chunks if c.page == p for n in range(c.line_start, c.line_end + 1)}
@@ -93,6 +93,15 @@ def test_sheet_chunks_carry_the_header_row_for_search_but_not_in_their_text():
     for c in chunks[1:]:
         assert c.context == "[sheet] Sales\nRegion | Quarter | Revenue"
         assert c.text == "\n".join(lines[c.line_start - 1:c.line_end])  # text stays exact
-        assert c.tokens.startswith("[sheet] Sales Region | Quarter | Revenue")
+        assert c.tokens.startswith("book [sheet] Sales Region | Quarter | Revenue")
     plain = chunking.chunk_page("a.txt", 1, lines[2:], set(), str.split)
     assert all(c.context == "" for c in plain)
+
+
+def test_bm25_text_leads_with_the_file_name_as_words():
+    assert chunking.title_words("pdfs/ADOBE_2022_10K.pdf") == "ADOBE 2022 10K"
+    assert chunking.title_words("docs\\보고서-2024.hwpx") == "보고서 2024"
+    assert chunking.title_words("Meeting notes") == "Meeting notes"  # a chosen source name
+    text = chunking.bm25_text("a/q3_results.txt", "", "Revenue rose.")
+    assert text == "q3 results\nRevenue rose."
+    assert chunking.bm25_text("___.txt", "ctx", "t") == "ctx\nt"  # no title words: none added
