@@ -7,6 +7,7 @@ every page (noise included), the chunks with their embedding state, and two inde
 - `chunks_fts`: FTS5 over segmented tokens (see segment.py), ranked with `bm25()`.
 - `lines_fts`: FTS5 trigram index over raw lines for exact substrings; strings shorter than
   three characters fall back to a scan with `instr()`, so 1- and 2-character names still match.
+- `meta`: facts about the whole index, such as the segmenter signature its tokens came from.
 
 SQLite is the truth and Chroma follows it (see ingest.py): a source's lines and chunks are
 replaced in one transaction, chunks start `pending`, Chroma ids that disappear are written
