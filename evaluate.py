@@ -309,19 +309,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                         help="folder for the built KBs (default: %(default)s)")
     args = parser.parse_args(argv)
-    if args.set in PDF_SETS:
-        folder, key, build_kb = PDF_SETS[args.set], page_key, build_pdfs
-        with (folder / "questions_subset.jsonl").open(encoding="utf-8") as handle:
-            queries = {q["financebench_id"]: q["question"] for q in map(json.loads, handle)}
-    else:
-        folder, key, build_kb = SETS[args.set][0], source_key, build
-        queries = {}
+    pdf_set = args.set in PDF_SETS
+    folder = PDF_SETS[args.set] if pdf_set else SETS[args.set][0]
     if not folder.is_dir():
         print(f"no eval set at {folder}: evaluate.py reads the team's ../shared/eval beside "
               "the repo; put it there first", file=sys.stderr)
         return 2
-    kb = build_kb(args.set, args.cache)
-    queries = queries or {q["_id"]: q["text"] for q in read_jsonl(folder / "queries.jsonl")}
+    kb = (build_pdfs if pdf_set else build)(args.set, args.cache)
+    key = page_key if pdf_set else source_key
+    if pdf_set:
+        queries = {q["financebench_id"]: q["question"]
+                   for q in read_jsonl(folder / "questions_subset.jsonl")}
+    else:
+        queries = {q["_id"]: q["text"] for q in read_jsonl(folder / "queries.jsonl")}
     qrels = {q: docs for q, docs in split_qrels(args.set, args.split).items() if q in queries}
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(None))

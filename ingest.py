@@ -181,9 +181,10 @@ class Indexer:
             return 0
         total = fulltext.counts(self.conn)["chunks"]
         tokens: dict[int, str] = {}
+        last = 0  # rowid of the last chunk read
         with _progress(None, total, "re-tokenizing", self.progress and total > 0) as bar:
-            while rows := fulltext.searchable_chunks(self.conn, max(tokens, default=0),
-                                                    RETOKENIZE_BATCH):
+            while rows := fulltext.searchable_chunks(self.conn, last, RETOKENIZE_BATCH):
+                last = rows[-1]["id"]
                 texts = [chunking.bm25_text(r["source"], r["context"], r["text"]) for r in rows]
                 for row, toks in zip(rows, segment.tokens_many(texts), strict=True):
                     tokens[row["id"]] = " ".join(toks)

@@ -70,6 +70,8 @@ def _kiwi_model():
     """Kiwi, loaded on the first Hangul text (~320 MB resident: an English-only corpus never
     pays for it)."""
     global _kiwi
+    if _kiwi is not None:  # called per Korean batch: no lock once loaded
+        return _kiwi
     with _lock:
         if _kiwi is None:
             from kiwipiepy import Kiwi
@@ -86,6 +88,8 @@ def _jieba_tokenizer():
     """jieba, loaded on the first Han or kana text (~80 MB), its 'Building prefix dict' log
     silenced: it goes to stderr, but the noise helps nobody."""
     global _jieba
+    if _jieba is not None:  # called per Han run: no lock once loaded
+        return _jieba
     with _lock:
         if _jieba is None:
             import logging
@@ -99,6 +103,7 @@ def _jieba_tokenizer():
     return _jieba
 
 
+@cache
 def signature() -> str:
     """What decides the tokens: these rules and the segmenters' versions. An index whose
     tokens came from another signature would silently miss words a query now splits

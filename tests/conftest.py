@@ -46,3 +46,16 @@ def stop_process(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def text_pdf(pages: list[list[str]], font_size: int = 11, doc_class=None):
+    """An fpdf2 document (not yet written): one text line per cell, pages in order."""
+    from fpdf import FPDF
+
+    pdf = (doc_class or FPDF)(format="A4")
+    pdf.set_font("Helvetica", size=font_size)
+    for lines in pages:
+        pdf.add_page()
+        for line in lines:
+            pdf.cell(text=line, new_x="LMARGIN", new_y="NEXT")
+    return pdf

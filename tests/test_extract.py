@@ -9,7 +9,7 @@ import time
 
 import pypdf
 import pytest
-from conftest import shared_path
+from conftest import shared_path, text_pdf
 from fpdf import FPDF
 
 import benchmark
@@ -41,13 +41,7 @@ class Report(FPDF):
 
 
 def make_pdf(path, pages: list[list[str]], doc_class=Report):
-    pdf = doc_class(format="A4")
-    pdf.set_font("Helvetica", size=11)
-    for lines in pages:
-        pdf.add_page()
-        for line in lines:
-            pdf.cell(text=line, new_x="LMARGIN", new_y="NEXT")
-    pdf.output(str(path))
+    text_pdf(pages, 11, doc_class).output(str(path))
     return path
 
 

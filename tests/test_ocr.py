@@ -13,7 +13,7 @@ import unicodedata
 
 import pypdfium2 as pdfium
 import pytest
-from conftest import shared_path
+from conftest import shared_path, text_pdf
 from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 
@@ -60,19 +60,9 @@ def no_tesseract(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def scan_pdf(tmp_path_factory):
     """PAGES as a PDF: page 1 a real text layer, pages 2-3 images of fpdf2-rendered text."""
-    source = FPDF(format="A4")
-    source.set_font("Helvetica", size=16)
-    for lines in PAGES:
-        source.add_page()
-        for line in lines:
-            source.cell(text=line, new_x="LMARGIN", new_y="NEXT")
-    rendered = pdfium.PdfDocument(bytes(source.output()))
+    rendered = pdfium.PdfDocument(bytes(text_pdf(PAGES, 16).output()))
     images = [rendered[i].render(scale=150 / 72, grayscale=True).to_pil() for i in (1, 2)]
-    mixed = FPDF(format="A4")
-    mixed.set_font("Helvetica", size=16)
-    mixed.add_page()
-    for line in PAGES[0]:
-        mixed.cell(text=line, new_x="LMARGIN", new_y="NEXT")
+    mixed = text_pdf(PAGES[:1], 16)
     for image in images:
         mixed.add_page()
         mixed.image(image, x=0, y=0, w=mixed.w)
