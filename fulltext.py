@@ -27,6 +27,8 @@ from datetime import datetime, timezone
 from operator import itemgetter
 from pathlib import Path
 
+from limits import MAX_QUERY_TOKENS
+
 SCHEMA_VERSION = 3
 FILENAME = "fulltext.sqlite3"
 # segment.py emits tokens made only of these categories, so FTS5 never re-splits them
@@ -155,13 +157,26 @@ def _migrate(conn: sqlite3.Connection) -> None:
             conn.execute(f"PRAGMA user_version = {number}")
 
 
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection; on a folder the user cannot write (a read-only share, a copied
+    backup) WAL cannot make its -shm file, so the index is opened `immutable` instead: it is
+    then read as it is on disk, which is right for a folder nobody can write either."""
+    if not path.exists():
+        raise FileNotFoundError(f"no index at {path}; run `python ingest.py FILE` first")
+    uri = path.resolve().as_uri()
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:  # unable to open: no -shm can be made beside it
+        conn.close()
+    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
 def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     """Open an index: writable and migrated for the indexer, read-only for the server."""
     if readonly:
-        if not path.exists():
-            raise FileNotFoundError(f"no index at {path}; run `python ingest.py FILE` first")
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
-                               check_same_thread=False)
+        conn = _open_readonly(path)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, check_same_thread=False)
@@ -424,18 +439,25 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
     "what"). Dropping it is what keeps BM25 fast on a large index; a small one keeps every
     token (it is fast anyway, and there every chunk that shares a word stays a hit). A query
     made only of such tokens keeps them all.
+
+    A query of more than MAX_QUERY_TOKENS distinct tokens (a pasted page) is scored on its
+    rarest ones, which carry nearly all of BM25's weight, so its cost stays bounded.
     """
     tokens = list(dict.fromkeys(t for t in query_tokens if t))
     total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    if not tokens or total < BM25_PRUNE_MIN_CHUNKS:
+    if not tokens or (total < BM25_PRUNE_MIN_CHUNKS and len(tokens) <= MAX_QUERY_TOKENS):
         return quote_fts(tokens)
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab"
                  " USING fts5vocab(main, 'chunks_fts', 'row')")  # temp: fine read-only
-    marks = ",".join("?" * len(tokens))
-    common = {term for term, docs in conn.execute(
-        f"SELECT term, doc FROM temp.chunks_vocab WHERE term IN ({marks})", tokens)
-        if 2 * docs >= total}
-    return quote_fts([t for t in tokens if t not in common] or tokens)
+    docs = dict.fromkeys(tokens, 0)
+    for start in range(0, len(tokens), 500):  # SQLite's bound-parameter limit
+        part = tokens[start:start + 500]
+        docs.update(conn.execute("SELECT term, doc FROM temp.chunks_vocab WHERE term IN"
+                                 f" ({','.join('?' * len(part))})", part).fetchall())
+    if total >= BM25_PRUNE_MIN_CHUNKS:
+        tokens = [t for t in tokens if 2 * docs[t] < total] or tokens
+    rarest = set(sorted(tokens, key=docs.__getitem__)[:MAX_QUERY_TOKENS])
+    return quote_fts([t for t in tokens if t in rarest])  # query order: the same scores
 
 
 def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
@@ -474,16 +496,19 @@ def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: in
 
 
 def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
-                 source: str | None = None) -> list[sqlite3.Row]:
-    """Raw lines containing `needle` (case-insensitive for ASCII), in document order."""
+                 source: str | None = None, width: int = 2000) -> list[sqlite3.Row]:
+    """Raw lines containing `needle` (case-insensitive for ASCII), in document order, each
+    cut to its first `width` characters (`length` holds the whole line's)."""
     if len(needle) >= 3:
         where = "l.id IN (SELECT rowid FROM lines_fts WHERE lines_fts MATCH ?)"
         params: list = ['"' + needle.replace('"', '""') + '"']
     else:  # the trigram index cannot see strings shorter than three characters
         where = "instr(lower(l.text), lower(?)) > 0"
         params = [needle]
-    sql = ("SELECT s.name AS source, l.page, l.line, l.text FROM lines l"
-           f" JOIN sources s ON s.id = l.source_id WHERE {where}")
+    sql = ("SELECT s.name AS source, l.page, l.line, substr(l.text, 1, ?) AS text,"
+           " length(l.text) AS length FROM lines l JOIN sources s ON s.id = l.source_id"
+           f" WHERE {where}")
+    params.insert(0, width)
     if source is not None:
         sql += " AND s.name = ?"
         params.append(source)
@@ -497,14 +522,42 @@ def page_count(conn: sqlite3.Connection, source: str) -> int | None:
     return None if row is None else row[0]
 
 
+@dataclass(frozen=True)
+class LineSlice:
+    """Part of one raw line: `text` starts at character `offset` of a line `length` long."""
+
+    line: int
+    text: str
+    offset: int
+    length: int
+
+
+def read_lines(conn: sqlite3.Connection, source: str, page: int, first: int, last: int,
+               offset: int = 0, width: int = 2000) -> list[LineSlice]:
+    """Lines first..last of a page, each cut to `width` characters from `offset`: a bounded
+    read however long the stored lines are (one line of a minified file can be 50 MB)."""
+    rows = conn.execute(
+        "SELECT l.line, substr(l.text, ?, ?), length(l.text) FROM lines l"
+        " JOIN sources s ON s.id = l.source_id"
+        " WHERE s.name = ? AND l.page = ? AND l.line BETWEEN ? AND ? ORDER BY l.line",
+        (offset + 1, width, source, page, first, last)).fetchall()
+    return [LineSlice(r[0], r[1], offset, r[2]) for r in rows]
+
+
+def line_count(conn: sqlite3.Connection, source: str, page: int) -> int:
+    """How many lines a page of a source has (0 for an unknown source or page)."""
+    return conn.execute(
+        "SELECT coalesce(max(l.line), 0) FROM lines l JOIN sources s ON s.id = l.source_id"
+        " WHERE s.name = ? AND l.page = ?", (source, page)).fetchone()[0]
+
+
 def page_lines(conn: sqlite3.Connection, source: str, page: int, first: int = 1,
                last: int | None = None) -> list[tuple[int, str]]:
-    """(line number, raw text) for lines first..last of one page of a source, as indexed."""
-    rows = conn.execute(
-        "SELECT l.line, l.text FROM lines l JOIN sources s ON s.id = l.source_id"
-        " WHERE s.name = ? AND l.page = ? AND l.line BETWEEN ? AND ? ORDER BY l.line",
-        (source, page, first, last if last is not None else 2**31)).fetchall()
-    return [(r[0], r[1]) for r in rows]
+    """(line number, whole raw text) for lines first..last of one page, as indexed; for the
+    indexer and tests: what the server returns goes through read_lines' bound."""
+    whole = 2**31 - 1
+    return [(s.line, s.text) for s in
+            read_lines(conn, source, page, first, whole if last is None else last, 0, whole)]
 
 
 def neighbour_chunk_ids(conn: sqlite3.Connection, rowid: int) -> tuple[str | None, str | None]:
@@ -520,18 +573,33 @@ def neighbour_chunk_ids(conn: sqlite3.Connection, rowid: int) -> tuple[str | Non
     return (before[0] if before else None, after[0] if after else None)
 
 
-def list_sources(conn: sqlite3.Connection) -> list[dict]:
-    """Every source with its pages, chunk counts, parser, state and error."""
+def list_sources(conn: sqlite3.Connection, offset: int = 0, limit: int = -1,
+                 where: str = "") -> list[dict]:
+    """Sources by name with their pages, chunk counts, parser, state and error: `limit` of
+    them from `offset` (-1: all), optionally only those matching a fixed `where` clause."""
     rows = conn.execute(  # s.*: an older schema (served read-only) simply has fewer columns
         "SELECT s.*, count(c.id) AS chunks,"
         " coalesce(sum(c.embed_state = 'pending'), 0) AS chunks_pending,"
         " coalesce(sum(c.embed_state = 'failed'), 0) AS chunks_failed"
-        " FROM sources s LEFT JOIN chunks c ON c.source_id = s.id"
-        " GROUP BY s.id ORDER BY s.name").fetchall()
+        f" FROM sources s LEFT JOIN chunks c ON c.source_id = s.id {where}"
+        " GROUP BY s.id ORDER BY s.name LIMIT ? OFFSET ?", (limit, offset)).fetchall()
     sources = [{k: v for k, v in dict(row).items() if k != "id"} for row in rows]
     for source in sources:
         source["state"] = STATE_LABELS.get(source["state"], source["state"])
     return sources
+
+
+def problem_sources(conn: sqlite3.Connection, limit: int) -> list[dict]:
+    """Up to `limit` sources that failed, need the user, are degraded or carry warnings:
+    name, state, error and warnings (get_index_info's list of what to look at)."""
+    has_warnings = " OR s.warnings IS NOT NULL" if "warnings" in _columns(conn, "sources") else ""
+    where = f"WHERE s.state IN ('failed', 'needs_action', 'degraded'){has_warnings}"
+    return [{k: source.get(k) for k in ("name", "state", "error", "warnings")}
+            for source in list_sources(conn, 0, limit, where)]
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
 STATES = ("ready", "pending", "degraded", "failed", "needs_action")

@@ -14,6 +14,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import fulltext
 
@@ -75,13 +76,17 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
     path = folder / "config.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path} is not valid JSON ({err}); fix or delete it") from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path} is not valid UTF-8 JSON ({err}); fix it, or delete it to "
+                          "start the knowledge base's settings afresh") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a JSON object")
     _validate(data, kb_id, path)
     embedding = data.get("embedding") or {"provider": "builtin"}
     url = os.environ.get("LINECITE_CHROMA_URL") or data.get("chromaUrl")
+    if url:
+        check_chroma_url(url, "LINECITE_CHROMA_URL" if os.environ.get("LINECITE_CHROMA_URL")
+                         else f"{path}: field 'chromaUrl'")
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
                          data.get("sourcePaths") or [], embedding, url)
 
@@ -114,6 +119,19 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     if provider not in EMBEDDING_PROVIDERS:
         raise ConfigError(f"{path}: field 'embedding.provider' is {provider!r}; known providers: "
                           f"{', '.join(EMBEDDING_PROVIDERS)}")
+
+
+def check_chroma_url(url: str, where: str) -> None:
+    """A Chroma server URL must be http(s)://host[:port]; anything else is refused here, once,
+    instead of failing deep inside the client on the first search."""
+    try:
+        parts = urlsplit(url)
+        host, _port = parts.hostname, parts.port  # a port like ":x" raises ValueError here
+    except ValueError as err:
+        raise ConfigError(f"{where} is {url!r}: {err}; use http://host:port") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ConfigError(f"{where} is {url!r}; a Chroma server is reached as http://host:port "
+                          "or https://host:port (start one with `chroma run --path DIR`)")
 
 
 def open_or_create(base: Path, kb_id: str) -> KnowledgeBase:

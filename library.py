@@ -12,19 +12,19 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import fulltext
 import kb as kbmod
+import limits
+from limits import UserError, check_text, shown
 from pidlock import LockBusy
 
 ALLOWED_DIRS_ENV = "LINECITE_ALLOWED_DIRS"  # extra folders ingest_file may read (os.pathsep list)
 MAX_CONTEXT = 50  # read_range's context lines each side
-
-
-class UserError(ValueError):
-    """A bad argument or state the agent can fix; the message says how."""
 
 
 @dataclass
@@ -35,6 +35,11 @@ class OpenKB:
     searcher: object | None = None
     data_version: int = -1  # SQLite's PRAGMA data_version when the store was last checked
     lock: threading.Lock = field(default_factory=threading.Lock)  # one search at a time
+
+    def close(self) -> None:
+        self.conn.close()
+        if self.store is not None:
+            self.store.close()
 
 
 class Library:
@@ -47,9 +52,7 @@ class Library:
 
     def close(self) -> None:
         for entry in self._open.values():
-            entry.conn.close()
-            if entry.store is not None:
-                entry.store.close()
+            entry.close()
         self._open.clear()
 
     # -- choosing a KB --------------------------------------------------------------
@@ -57,6 +60,7 @@ class Library:
         return kbmod.list_ids(self.base)
 
     def resolve(self, kb_id: str | None) -> str:
+        check_text(kb_id, "kb_id", limits.MAX_KB_ID_CHARS)
         known = self.kb_ids()
         if not known:
             raise UserError(f"there is no knowledge base under {self.base} yet; create one by "
@@ -68,8 +72,8 @@ class Library:
             raise UserError("several knowledge bases exist; pass kb_id, one of: "
                             f"{', '.join(known)}")
         if kb_id not in known:
-            raise UserError(f"unknown kb_id {kb_id!r}; known knowledge bases: {', '.join(known)} "
-                            "(see list_knowledge_bases)")
+            raise UserError(f"unknown kb_id {shown(kb_id)}; known knowledge bases: "
+                            f"{', '.join(known)} (see list_knowledge_bases)")
         return kb_id
 
     def get(self, kb_id: str | None) -> OpenKB:
@@ -85,99 +89,140 @@ class Library:
                     conn = fulltext.connect(kb.fulltext_path, readonly=True)
                 except fulltext.SchemaError as err:
                     raise UserError(str(err)) from None
+                except sqlite3.DatabaseError as err:
+                    if not is_damage(err):
+                        raise
+                    raise damaged(kb, err) from None
                 entry = self._open[kb_id] = OpenKB(kb, conn)
             return entry
 
+    @contextmanager
+    def reading(self, kb_id: str | None) -> Iterator[OpenKB]:
+        """An open KB for one tool call; an index found damaged on the way is closed (so a
+        restored file is opened afresh) and reported with the fix, never as a traceback."""
+        entry = self.get(kb_id)
+        try:
+            yield entry
+        except sqlite3.DatabaseError as err:
+            if not is_damage(err):
+                raise
+            with self._lock:  # not closed here: another thread may be reading it right now
+                if self._open.get(entry.kb.id) is entry:
+                    del self._open[entry.kb.id]
+            raise damaged(entry.kb, err) from None
+
     def _searcher(self, entry: OpenKB):
-        """The KB's Searcher (call with entry.lock held), its Chroma client reopened when
-        another connection has written the KB since the last search.
+        """The KB's Searcher (call with entry.lock held), its vector store opened when there
+        is one to open, and reopened when another connection has written the KB.
 
         An embedded Chroma client keeps its vector index in memory and never sees vectors that
         another process adds, so without this the vector leg would miss every file that
         `python ingest.py` indexed after the server started. PRAGMA data_version changes when
-        any other connection commits; reopening is cheap next to a document never found.
+        any other connection commits; reopening is cheap next to a document never found. A
+        store whose folder is gone is not opened at all: the server never creates store files.
         """
         import search
 
         version = entry.conn.execute("PRAGMA data_version").fetchone()[0]
         if entry.searcher is None:
+            entry.searcher = search.Searcher(entry.conn, None)
+        if entry.store is None and vector_problem(entry.kb, entry.conn) is None:
             entry.store = _store_for(entry.kb)
-            entry.searcher = search.Searcher(entry.conn, entry.store)
         elif version != entry.data_version and entry.store is not None:
             entry.store.close()  # the next vector query reopens it and reads the index anew
         entry.data_version = version
+        entry.searcher.store = entry.store
         return entry.searcher
 
     # -- tools ---------------------------------------------------------------------
     def list_knowledge_bases(self) -> list[dict]:
-        """Every KB; one with a broken config.json is listed with its error, not fatal to all."""
+        """Every KB; a broken or damaged one is listed with what is wrong, never fatal to all."""
         out = []
         for kb_id in self.kb_ids():
             try:
                 kb = kbmod.load(self.base, kb_id)
-                counts = fulltext.counts(self.get(kb_id).conn) if kb.fulltext_path.exists() \
-                    else {}
+                if not kb.fulltext_path.exists():
+                    out.append({"id": kb.id, "name": kb.name, "counts": {}, "status": "empty",
+                                "embedder": _provider(kb)})
+                    continue
+                with self.reading(kb_id) as entry:
+                    counts = fulltext.counts(entry.conn)
+                    problem = vector_problem(kb, entry.conn)
             except (kbmod.ConfigError, UserError) as err:
-                out.append({"id": kb_id, "status": "error", "error": str(err)})
+                status = "damaged" if isinstance(err, KBDamaged) else "error"
+                out.append({"id": kb_id, "status": status, "error": str(err)})
                 continue
-            out.append({"id": kb.id, "name": kb.name, "counts": counts,
-                        "status": _status(counts),
-                        "embedder": (kb.embedding or {}).get("provider", "builtin")})
+            item = {"id": kb.id, "name": kb.name, "counts": counts,
+                    "status": "degraded" if problem else _status(counts),
+                    "embedder": _provider(kb)}
+            if problem:
+                item["error"] = problem
+            out.append(item)
         return out
 
     def search(self, query: str, top_k: int, mode: str, kb_id: str | None,
                source: str | None) -> dict:
+        import search
+
+        check_text(query, "query", limits.MAX_QUERY_CHARS, allow_newlines=True)
+        check_text(source, "source", limits.MAX_NAME_CHARS)
         if not query.strip():
             raise UserError("query is empty; pass the words, name or number to look for")
         kb = self.resolve(kb_id)
         if source is not None:
             self._check_source(kb, source)
-        entry = self.get(kb)
-        with entry.lock:  # a store is never closed under a running query
+        with self.reading(kb) as entry, entry.lock:  # no store is closed under a query
             searcher = self._searcher(entry)
+            degraded = None
+            if mode in ("vector", "auto") and _provider(entry.kb) != "none":
+                degraded = vector_problem(entry.kb, entry.conn)
             if mode == "vector" and entry.store is None:
-                raise UserError(f"knowledge base {kb!r} has no embedder (embedding provider "
-                                "'none'); use search_mode 'bm25', 'exact' or 'auto'")
-            hits = searcher.search(query, top_k, mode, source)
-        return {"kb_id": kb, "query": query, "search_mode": mode,
-                "hits": [h.to_json() for h in hits]}
+                raise UserError(degraded or f"knowledge base {kb!r} has no embedder (embedding "
+                                "provider 'none'); use search_mode 'bm25', 'exact' or 'auto'")
+            try:
+                hits = searcher.search(query, top_k, mode, source)
+            except search.VectorLegError as err:
+                if mode != "auto":
+                    raise UserError(f"vector search failed: {err}; use search_mode 'bm25' or "
+                                    "'exact' meanwhile") from None
+                degraded = str(err)
+                hits = searcher.search(query, top_k, "bm25", source)
+        result = {"kb_id": kb, "search_mode": mode, "hits": [h.to_json() for h in hits]}
+        if degraded:
+            result["degraded"] = f"vector leg unavailable, keyword results only: {degraded}"
+        return result
 
     def read_range(self, source: str, page: int, line_start: int, line_end: int, context: int,
-                   kb_id: str | None) -> dict:
-        entry = self.get(self._kb_of_source(source, kb_id))
-        pages = fulltext.page_count(entry.conn, source)
-        if not pages or not 1 <= page <= pages:
-            raise UserError(f"page {page} is out of range: {source!r} has pages 1-{pages}")
-        total = len(fulltext.page_lines(entry.conn, source, page))
-        end = total if line_end == -1 or line_end > total else line_end
-        if line_start > total or end < line_start:
-            asked = f"{line_start}-{'end' if line_end == -1 else line_end}"
-            raise UserError(f"lines {asked} are out of range: page {page} of {source!r} has "
-                            f"lines 1-{total}")
-        first, last = max(1, line_start - context), min(total, end + context)
-        lines = fulltext.page_lines(entry.conn, source, page, first, last)
-        return {"kb_id": entry.kb.id, "source": source, "page": page, "line_start": first,
-                "line_end": last, "page_lines": total,
-                "lines": [{"line": n, "text": text} for n, text in lines],
-                "citation": f"{source}, page {page}, lines {first}-{last}"}
+                   kb_id: str | None, char_offset: int = 0) -> dict:
+        check_text(source, "source", limits.MAX_NAME_CHARS)
+        with self.reading(self._kb_of_source(source, kb_id)) as entry:
+            return read_lines(entry, source, page, line_start, line_end, context, char_offset)
 
     def get_document_chunk(self, chunk_id: str, kb_id: str | None) -> dict:
-        entry = self.get(kb_id)
-        row = fulltext.chunks_by_id(entry.conn, [chunk_id]).get(chunk_id)
-        if row is None:
-            raise UserError(f"no chunk {chunk_id!r} in {entry.kb.id!r}; chunk ids come from "
-                            "search hits (line: ids from exact search are not chunks: use "
-                            "read_range)")
-        before, after = fulltext.neighbour_chunk_ids(entry.conn, row["id"])
+        check_text(chunk_id, "chunk_id", limits.MAX_CHUNK_ID_CHARS)
+        with self.reading(kb_id) as entry:
+            row = fulltext.chunks_by_id(entry.conn, [chunk_id]).get(chunk_id)
+            if row is None:
+                raise UserError(f"no chunk {shown(chunk_id)} in {entry.kb.id!r}; chunk ids come "
+                                "from search hits (line: ids from exact search are not chunks: "
+                                "use read_range)")
+            before, after = fulltext.neighbour_chunk_ids(entry.conn, row["id"])
         return {"kb_id": entry.kb.id, "chunk_id": chunk_id, "source": row["source"],
                 "page": row["page"], "line_start": row["line_start"],
                 "line_end": row["line_end"], "text": row["text"],
                 "embed_state": row["embed_state"], "previous_chunk_id": before,
                 "next_chunk_id": after}
 
-    def list_sources(self, kb_id: str | None) -> dict:
-        entry = self.get(kb_id)
-        return {"kb_id": entry.kb.id, "sources": fulltext.list_sources(entry.conn)}
+    def list_sources(self, kb_id: str | None, offset: int = 0,
+                     limit: int = limits.MAX_LIST_ROWS) -> dict:
+        limit = min(limit, limits.MAX_LIST_ROWS)
+        with self.reading(kb_id) as entry:
+            total = fulltext.counts(entry.conn)["sources"]
+            sources = fulltext.list_sources(entry.conn, offset, limit)
+        page = {"kb_id": entry.kb.id, "total": total, "offset": offset, "sources": sources}
+        if offset + len(sources) < total:
+            page["next_offset"] = offset + len(sources)
+        return page
 
     def ingest_file(self, path: str, source_name: str | None, kb_id: str | None,
                     report=None) -> dict:
@@ -185,11 +230,14 @@ class Library:
         must not leave a new KB behind (with two KBs, every call without kb_id would fail)."""
         import ingest
 
+        check_text(path, "path", limits.MAX_PATH_CHARS)
+        check_text(source_name, "source_name", limits.MAX_NAME_CHARS)
+        check_text(kb_id, "kb_id", limits.MAX_KB_ID_CHARS)
         known = self.kb_ids()
         if known and kb_id is not None and kb_id not in known:
-            raise UserError(f"unknown kb_id {kb_id!r}; known knowledge bases: "
+            raise UserError(f"unknown kb_id {shown(kb_id)}; known knowledge bases: "
                             f"{', '.join(known)}. A new knowledge base is created by indexing "
-                            f"into it: `python ingest.py FILE --kb {kb_id}`")
+                            f"into it: `python ingest.py FILE --kb ID`")
         if known:
             kb = kbmod.load(self.base, self.resolve(kb_id))
         else:  # the first file of an empty base creates its KB, as `python ingest.py` does
@@ -201,6 +249,10 @@ class Library:
             summary = ingest.ingest(kb, [target], source_name or None, report=report)
         except (LockBusy, ingest.EmbedderUnavailable) as err:  # the agent can wait and retry
             raise UserError(str(err)) from None
+        except sqlite3.DatabaseError as err:
+            if not is_damage(err):
+                raise
+            raise damaged(kb, err) from None
         return summary.__dict__
 
     # -- the reindex queue -----------------------------------------------------------
@@ -220,7 +272,6 @@ class Library:
 
     def get_index_info(self, kb_id: str | None) -> dict:
         import queue_runner
-        import segment
 
         kb_id = self.resolve(kb_id)
         folder = self.base / kb_id
@@ -234,19 +285,8 @@ class Library:
         info = {"kb_id": kb_id, "status": state, "progress": status.get("progress"),
                 "queue_position": position, "last_run": status.get("last_run")}
         if (folder / fulltext.FILENAME).exists():
-            conn = self.get(kb_id).conn
-            sources = fulltext.list_sources(conn)
-            info["counts"] = fulltext.counts(conn)
-            info["sources_by_state"] = fulltext.state_counts(conn)
-            info["problem_files"] = [
-                {k: s[k] for k in ("name", "state", "error")} for s in sources
-                if s["state"] in ("failed", "needs_action", "degraded")]
-            made_by = fulltext.get_meta(conn, fulltext.SEGMENTER_KEY)
-            if info["counts"]["chunks"] and made_by != segment.signature():
-                info["warnings"] = [
-                    "this index's BM25 tokens come from another version of the segmenters "
-                    "(Kiwi, jieba), so keyword search can miss words; start_reindex(kb_id) "
-                    "re-tokenizes it without extracting or embedding again"]
+            with self.reading(kb_id) as entry:
+                info.update(index_health(entry))
         return info
 
     def check_changes(self, kb_id: str | None) -> dict:
@@ -257,21 +297,25 @@ class Library:
         if not kb.source_paths:
             raise UserError(f"knowledge base {kb_id!r} has no folders to watch; add them to "
                             f"'sourcePaths' in {kb.folder / 'config.json'}")
-        indexed = kb.fulltext_path.exists()
-        conn = self.get(kb_id).conn if indexed else fulltext.connect(Path(":memory:"))
-        try:
-            plan = ingest.plan_sync(conn, kb)
-        finally:
-            if not indexed:
+        if not kb.fulltext_path.exists():
+            conn = fulltext.connect(Path(":memory:"))
+            try:
+                plan = ingest.plan_sync(conn, kb)
+            finally:
                 conn.close()
-        return {"kb_id": kb_id, **plan.to_json(),
+        else:
+            with self.reading(kb_id) as entry:
+                plan = ingest.plan_sync(entry.conn, kb)
+        return {"kb_id": kb_id, **capped_lists(plan.to_json()),
                 "next": "start_reindex(kb_id) applies these changes"}
 
     # -- helpers -------------------------------------------------------------------
     def _check_source(self, kb_id: str, source: str) -> None:
-        if fulltext.source_row(self.get(kb_id).conn, source) is None:
-            raise UserError(f"unknown source {source!r} in {kb_id!r}; call list_sources to see "
-                            "the indexed sources and their exact names")
+        with self.reading(kb_id) as entry:
+            known = fulltext.source_row(entry.conn, source) is not None
+        if not known:
+            raise UserError(f"unknown source {shown(source)} in {kb_id!r}; call list_sources "
+                            "to see the indexed sources and their exact names")
 
     def _kb_of_source(self, source: str, kb_id: str | None) -> str:
         if kb_id is not None or len(self.kb_ids()) <= 1:
@@ -281,18 +325,142 @@ class Library:
         holders = []
         for k in self.kb_ids():
             try:
-                if fulltext.source_row(self.get(k).conn, source) is not None:
-                    holders.append(k)
+                with self.reading(k) as entry:
+                    if fulltext.source_row(entry.conn, source) is not None:
+                        holders.append(k)
             except (kbmod.ConfigError, UserError):
-                continue  # a KB that is empty or broken holds no source
+                continue  # a KB that is empty, broken or damaged holds no source we can read
         if not holders:
-            raise UserError(f"unknown source {source!r} in any knowledge base; call "
+            raise UserError(f"unknown source {shown(source)} in any knowledge base; call "
                             "list_sources with a kb_id to see the indexed sources and their "
                             "exact names")
         if len(holders) > 1:
-            raise UserError(f"source {source!r} is in several knowledge bases "
+            raise UserError(f"source {shown(source)} is in several knowledge bases "
                             f"({', '.join(holders)}); pass kb_id")
         return holders[0]
+
+
+class KBDamaged(UserError):
+    """A KB whose fulltext.sqlite3 cannot be read: truncated, overwritten, not SQLite."""
+
+
+def is_damage(err: sqlite3.DatabaseError) -> bool:
+    """True for a file that is not a readable index (SQLITE_CORRUPT, SQLITE_NOTADB, I/O);
+    False for a busy database or a bug, which must not send the user off to rebuild."""
+    if type(err) is sqlite3.DatabaseError:
+        return True
+    return isinstance(err, sqlite3.OperationalError) and any(
+        words in str(err) for words in ("disk I/O error", "unable to open"))
+
+
+def damaged(kb: kbmod.KnowledgeBase, err: sqlite3.DatabaseError) -> KBDamaged:
+    return KBDamaged(f"knowledge base {kb.id!r} is damaged: {kb.fulltext_path} cannot be read "
+                     f"({err}). Restore that file from a backup, or rebuild the knowledge base "
+                     f"from its source files: `python ingest.py --kb {kb.id} --rebuild`")
+
+
+def _provider(kb: kbmod.KnowledgeBase) -> str:
+    return (kb.embedding or {}).get("provider", "builtin")
+
+
+def vector_problem(kb: kbmod.KnowledgeBase, conn: sqlite3.Connection) -> str | None:
+    """Why the vector leg cannot serve chunks SQLite says are embedded, or None.
+
+    Seen in the field: a `chroma/` folder deleted by a cleanup tool. Without this check the
+    server made a new empty store, vector search found nothing and the status said ready.
+    """
+    if _provider(kb) == "none" or kb.chroma_url is not None:
+        return None
+    folder = kb.folder / "chroma"
+    if folder.is_dir():
+        return None
+    embedded = fulltext.counts(conn)["embedded"]
+    if not embedded:
+        return None
+    return (f"the vector store {folder} is missing, though {embedded:,} chunks were embedded; "
+            f"run `python ingest.py --kb {kb.id}` or start_reindex(kb_id={kb.id!r}) to embed "
+            "the stored text again (no file is read again)")
+
+
+def index_health(entry: OpenKB) -> dict:
+    """What get_index_info says of an index: counts, states, problem files, warnings."""
+    import segment
+
+    conn = entry.conn
+    counts = fulltext.counts(conn)
+    problems = fulltext.problem_sources(conn, limits.MAX_LIST_ROWS)
+    info = {"counts": counts, "sources_by_state": fulltext.state_counts(conn),
+            "problem_files": problems}
+    warnings = []
+    problem = vector_problem(entry.kb, conn)
+    if problem:
+        warnings.append(problem)
+    made_by = fulltext.get_meta(conn, fulltext.SEGMENTER_KEY)
+    if counts["chunks"] and made_by != segment.signature():
+        warnings.append("this index's BM25 tokens come from another version of the segmenters "
+                        "(Kiwi, jieba), so keyword search can miss words; start_reindex(kb_id) "
+                        "re-tokenizes it without extracting or embedding again")
+    if warnings:
+        info["warnings"] = warnings
+    return info
+
+
+def capped_lists(plan: dict) -> dict:
+    """A dry run's file lists cut to MAX_LIST_ROWS each, with the full counts beside them."""
+    out = {}
+    for key, value in plan.items():
+        if isinstance(value, list) and len(value) > limits.MAX_LIST_ROWS:
+            out[f"{key}_total"] = len(value)
+            value = value[:limits.MAX_LIST_ROWS]
+        out[key] = value
+    return out
+
+
+def read_lines(entry: OpenKB, source: str, page: int, line_start: int, line_end: int,
+               context: int, char_offset: int) -> dict:
+    """read_range's answer, bounded: lines over MAX_LINE_CHARS are cut with the offset to read
+    on from, and the whole answer stops at MAX_READ_LINES lines or MAX_READ_CHARS characters
+    with the line to continue from."""
+    conn, kb_id = entry.conn, entry.kb.id
+    pages = fulltext.page_count(conn, source)
+    if not pages or not 1 <= page <= pages:
+        raise UserError(f"page {page} is out of range: {source!r} has pages 1-{pages}")
+    total = fulltext.line_count(conn, source, page)
+    end = total if line_end == -1 or line_end > total else line_end
+    if line_start > total or end < line_start:
+        asked = f"{line_start}-{'end' if line_end == -1 else line_end}"
+        raise UserError(f"lines {asked} are out of range: page {page} of {source!r} has "
+                        f"lines 1-{total}")
+    first, last = max(1, line_start - context), min(total, end + context)
+    last = min(last, first + limits.MAX_READ_LINES - 1)
+    lines, budget = [], limits.MAX_READ_CHARS
+    for piece in fulltext.read_lines(conn, source, page, first, last, char_offset,
+                                     limits.MAX_LINE_CHARS):
+        if lines and len(piece.text) > budget:
+            break
+        budget -= len(piece.text)
+        lines.append(_line_json(piece))
+    shown_last = lines[-1]["line"] if lines else first
+    result = {"kb_id": kb_id, "source": source, "page": page, "line_start": first,
+              "line_end": shown_last, "page_lines": total, "lines": lines,
+              "citation": f"{source}, page {page}, lines {first}-{shown_last}"}
+    if shown_last < min(total, end + context):
+        result["more"] = (f"answer cut at {limits.MAX_READ_LINES} lines or "
+                          f"{limits.MAX_READ_CHARS:,} characters; read on with "
+                          f"line_start={shown_last + 1}")
+    return result
+
+
+def _line_json(piece) -> dict:
+    """One numbered line; a line cut short says how long it is and where to read on."""
+    line = {"line": piece.line, "text": piece.text}
+    if piece.offset:
+        line["char_offset"] = piece.offset
+    if piece.offset + len(piece.text) < piece.length:
+        line["text"] += limits.CUT_MARK
+        line["line_chars"] = piece.length
+        line["next_char_offset"] = piece.offset + len(piece.text)
+    return line
 
 
 def _status(counts: dict) -> str:

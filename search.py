@@ -16,10 +16,13 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
 import fulltext
+import limits
 
 # ---------------------------------------------------------------------------
 Mode = Literal["auto", "bm25", "vector", "exact"]
@@ -36,6 +39,19 @@ DIVERSITY_CLOSE = 0.5  # "close" = at least this share of the best score
 # ---------------------------------------------------------------------------
 
 
+class VectorLegError(RuntimeError):
+    """The embedder or the vector store failed on a query; `auto` then answers from BM25."""
+
+
+@contextmanager
+def _vector_failures() -> Iterator[None]:
+    """Any failure of the embedder or the store (unreachable, broken) as a VectorLegError."""
+    try:
+        yield
+    except Exception as err:
+        raise VectorLegError(f"{type(err).__name__}: {str(err)[:300]}") from err
+
+
 @dataclass
 class Hit:
     """One place to cite: a line range of one page, with how each leg ranked it."""
@@ -49,12 +65,17 @@ class Hit:
     score: float
     ranks: dict[str, int | None] = field(default_factory=dict)
     chunk_ids: list[str] = field(default_factory=list)
+    cut: bool = False  # text was cut to limits.MAX_HIT_CHARS / MAX_LINE_CHARS
 
     def to_json(self) -> dict:
-        return {"chunk_id": self.chunk_id, "source": self.source, "page": self.page,
-                "line_start": self.line_start, "line_end": self.line_end, "text": self.text,
-                "score": round(self.score, 6), "ranks": self.ranks,
-                "merged_chunk_ids": self.chunk_ids}
+        hit = {"chunk_id": self.chunk_id, "source": self.source, "page": self.page,
+               "line_start": self.line_start, "line_end": self.line_end, "text": self.text,
+               "score": round(self.score, 6), "ranks": self.ranks,
+               "merged_chunk_ids": self.chunk_ids}
+        if self.cut:
+            hit["text_cut"] = ("text shortened; read_range(source, page, line_start, line_end) "
+                               "returns the lines, and a long line's next_char_offset")
+        return hit
 
 
 @dataclass
@@ -113,9 +134,13 @@ def _diversify(hits: list[Hit]) -> list[Hit]:
 
 def _with_text(conn: sqlite3.Connection, hit: Hit) -> Hit:
     """A hit's text is re-read from its raw lines, so it matches `read_range` exactly: merged
-    hits span several chunks, and a piece of an over-long line is cited as the whole line."""
-    lines = fulltext.page_lines(conn, hit.source, hit.page, hit.line_start, hit.line_end)
-    hit.text = "\n".join(text for _, text in lines)
+    hits span several chunks, and a piece of an over-long line is cited as the whole line.
+    Lines and the whole text are cut to the stated bounds (limits.py)."""
+    pieces = fulltext.read_lines(conn, hit.source, hit.page, hit.line_start, hit.line_end,
+                                 width=limits.MAX_LINE_CHARS + 1)
+    lines = [limits.cut(p.text, limits.MAX_LINE_CHARS) for p in pieces]
+    hit.text, cut = limits.cut("\n".join(text for text, _ in lines), limits.MAX_HIT_CHARS)
+    hit.cut = cut or any(was_cut for _, was_cut in lines)
     return hit
 
 
@@ -177,7 +202,9 @@ class Searcher:
         would act as a filter and drag the fusion below BM25. Ranks stay None: they say which
         leg found it."""
         unseen = [cid for cid, c in candidates.items() if c.vector_rank is None]
-        for cid, cosine in self.store.cosines(embedding, unseen).items():
+        with _vector_failures():
+            cosines = self.store.cosines(embedding, unseen)
+        for cid, cosine in cosines.items():
             candidates[cid].cosine = cosine
         for cand in candidates.values():
             if cand.bm25_rank is None:
@@ -185,8 +212,10 @@ class Searcher:
 
     def _vector_leg(self, query: str, source: str | None, out: dict[str, Candidate]):
         """Fill `out` with the nearest chunks; returns the query's embedding for _complete."""
-        embedding = self.store.embed([query])[0]
-        found = self.store.query(embedding, CANDIDATES, {"source": source} if source else None)
+        with _vector_failures():
+            embedding = self.store.embed([query])[0]
+            found = self.store.query(embedding, CANDIDATES,
+                                     {"source": source} if source else None)
         rows = fulltext.chunks_by_id(self.conn, [cid for cid, _ in found])
         rank = 0
         for chunk_id, similarity in found:
@@ -201,16 +230,21 @@ class Searcher:
     def _exact(self, query: str, top_k: int, source: str | None) -> list[Hit]:
         """Matching raw lines; consecutive matching lines of a page become one hit."""
         hits: list[Hit] = []
-        for rank, row in enumerate(fulltext.exact_search(self.conn, query, top_k * 4, source), 1):
+        rows = fulltext.exact_search(self.conn, query, top_k * 4, source,
+                                     width=limits.MAX_LINE_CHARS)
+        for rank, row in enumerate(rows, 1):
+            line_cut = row["length"] > len(row["text"])
+            text = row["text"] + (limits.CUT_MARK if line_cut else "")
             last = hits[-1] if hits else None
             if last and (last.source, last.page) == (row["source"], row["page"]) \
                     and last.line_end + 1 == row["line"]:
                 last.line_end = row["line"]
-                last.text += "\n" + row["text"]
+                last.text, cut = limits.cut(last.text + "\n" + text, limits.MAX_HIT_CHARS)
+                last.cut = last.cut or cut or line_cut
                 continue
             if len(hits) == top_k:
                 break
             chunk_id = f"line:{row['source']}:{row['page']}:{row['line']}"
             hits.append(Hit(chunk_id, row["source"], row["page"], row["line"], row["line"],
-                            row["text"], 1.0, {"exact": rank}, []))
+                            text, 1.0, {"exact": rank}, [], line_cut))
         return hits

@@ -16,8 +16,10 @@ import argparse
 import ipaddress
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 from fastmcp import Context, FastMCP
@@ -26,7 +28,9 @@ from fastmcp.server.lifespan import lifespan
 from pydantic import Field
 
 import kb as kbmod
-from library import Library, UserError
+import limits
+from library import Library
+from limits import UserError
 
 # ---------------------------------------------------------------------------
 DEFAULT_HOST = "127.0.0.1"
@@ -58,11 +62,14 @@ mcp = FastMCP(
 )
 
 
-async def call(ctx: Context, method: str, *args: Any) -> Any:
-    """Run a Library method off the event loop; a UserError becomes a ToolError the agent reads."""
+T = TypeVar("T")
+
+
+async def run(ctx: Context, work: Callable[[Library], T]) -> T:
+    """Run `work(library)` off the event loop; a UserError becomes a ToolError the agent reads."""
     library: Library = ctx.lifespan_context["library"]
     try:
-        return await anyio.to_thread.run_sync(getattr(library, method), *args)
+        return await anyio.to_thread.run_sync(work, library)
     except (UserError, kbmod.ConfigError, FileNotFoundError) as err:
         raise ToolError(str(err)) from None
 
@@ -70,14 +77,15 @@ async def call(ctx: Context, method: str, *args: Any) -> Any:
 @mcp.tool(annotations=READ_ONLY)
 async def list_knowledge_bases(ctx: Context) -> dict:
     """List the knowledge bases: id, name, counts, index status and embedder."""
-    return {"knowledge_bases": await call(ctx, "list_knowledge_bases")}
+    return {"knowledge_bases": await run(ctx, Library.list_knowledge_bases)}
 
 
 @mcp.tool(annotations=READ_ONLY)
 async def search(
     ctx: Context,
     query: Annotated[str, Field(description="What to look for: words, a question, a name or a "
-                                            "number")],
+                                            f"number (at most {limits.MAX_QUERY_CHARS:,} "
+                                            "characters)")],
     top_k: Annotated[int, Field(ge=1, le=50, description="How many hits to return (1-50)")] = 10,
     search_mode: Annotated[Literal["auto", "bm25", "vector", "exact"], Field(
         description="auto: keywords and meaning combined; bm25: keywords; vector: meaning; "
@@ -91,7 +99,7 @@ async def search(
 
     Read a hit's exact lines with read_range(source, page, line_start, line_end) before citing.
     """
-    return await call(ctx, "search", query, top_k, search_mode, kb_id, source)
+    return await run(ctx, lambda lib: lib.search(query, top_k, search_mode, kb_id, source))
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -104,9 +112,17 @@ async def read_range(
                                                       "page")] = -1,
     context: Annotated[int, Field(ge=0, le=50, description="Extra lines each side")] = 0,
     kb_id: KbId = None,
+    char_offset: Annotated[int, Field(ge=0, description="Start each line at this character: "
+                                                        "to read on in a line that was cut "
+                                                        "(its next_char_offset)")] = 0,
 ) -> dict:
-    """Read exact numbered lines of one page of an indexed source, to quote and cite them."""
-    return await call(ctx, "read_range", source, page, line_start, line_end, context, kb_id)
+    """Read exact numbered lines of one page of an indexed source, to quote and cite them.
+
+    At most 500 lines or 40,000 characters come back, each line cut at 2,000 characters; the
+    answer says where to read on (`more`, a line's `next_char_offset`).
+    """
+    return await run(ctx, lambda lib: lib.read_range(source, page, line_start, line_end,
+                                                     context, kb_id, char_offset))
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -116,13 +132,20 @@ async def get_document_chunk(
     kb_id: KbId = None,
 ) -> dict:
     """Get one chunk with its lines and the ids of the chunks before and after it."""
-    return await call(ctx, "get_document_chunk", chunk_id, kb_id)
+    return await run(ctx, lambda lib: lib.get_document_chunk(chunk_id, kb_id))
 
 
 @mcp.tool(annotations=READ_ONLY)
-async def list_sources(ctx: Context, kb_id: KbId = None) -> dict:
-    """List indexed sources: pages, chunks, parser, state, error and when each was indexed."""
-    return await call(ctx, "list_sources", kb_id)
+async def list_sources(
+    ctx: Context,
+    kb_id: KbId = None,
+    offset: Annotated[int, Field(ge=0, description="Skip this many sources (from a previous "
+                                                   "answer's next_offset)")] = 0,
+    limit: Annotated[int, Field(ge=1, le=limits.MAX_LIST_ROWS, description="Sources per "
+                                                                           "answer")] = 100,
+) -> dict:
+    """List indexed sources by name: pages, chunks, parser, state, error, when indexed."""
+    return await run(ctx, lambda lib: lib.list_sources(kb_id, offset, limit))
 
 
 @mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
@@ -139,7 +162,7 @@ async def ingest_file(
     def report(done: int, total: int, message: str) -> None:
         anyio.from_thread.run(ctx.report_progress, done, total, message)
 
-    return await call(ctx, "ingest_file", path, source_name, kb_id, report)
+    return await run(ctx, lambda lib: lib.ingest_file(path, source_name, kb_id, report))
 
 
 @mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
@@ -159,28 +182,28 @@ async def start_reindex(
     Returns at once with the queue position; poll get_index_info for progress. Search keeps
     working while it runs. A second request for a queued KB widens that entry, never doubles it.
     """
-    return await call(ctx, "start_reindex", kb_id, scope, force, deferred)
+    return await run(ctx, lambda lib: lib.start_reindex(kb_id, scope, force, deferred))
 
 
 @mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
                        "destructiveHint": False, "openWorldHint": False})
 async def cancel_reindex(ctx: Context, kb_id: KbId = None) -> dict:
     """Drop a KB's queued reindex, and stop a running one at the next file boundary."""
-    return await call(ctx, "cancel_reindex", kb_id)
+    return await run(ctx, lambda lib: lib.cancel_reindex(kb_id))
 
 
 @mcp.tool(annotations=READ_ONLY)
 async def get_index_info(ctx: Context, kb_id: KbId = None) -> dict:
     """Index status: running/queued/idle, progress and the file in hand, queue position, the
     last run's counts and errors, sources per state, and the files that failed and why."""
-    return await call(ctx, "get_index_info", kb_id)
+    return await run(ctx, lambda lib: lib.get_index_info(kb_id))
 
 
 @mcp.tool(annotations=READ_ONLY)
 async def check_changes(ctx: Context, kb_id: KbId = None) -> dict:
     """Dry run of a folder sync: files added, modified and deleted since the last index.
     Reads only file metadata (and hashes where needed); calls no model."""
-    return await call(ctx, "check_changes", kb_id)
+    return await run(ctx, lambda lib: lib.check_changes(kb_id))
 
 
 # ---------------------------------------------------------------------------
@@ -191,6 +214,44 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def same_origin(origin: str, host_header: str, port: int) -> bool:
+    """Whether a browser Origin is this server's own: our port, and the Host the request was
+    sent to (or loopback for loopback: localhost and 127.0.0.1 are one machine)."""
+    sent_to = urlsplit(f"//{host_header}").hostname or ""
+    try:
+        parts = urlsplit(origin)
+        origin_port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # a malformed port
+        return False
+    host = parts.hostname or ""
+    return origin_port == port and (
+        host == sent_to or (is_loopback(host) and is_loopback(sent_to)))
+
+
+class OwnOriginOnly:
+    """Refuse browser requests from any origin but this server's own.
+
+    fastmcp's guard lets every loopback origin reach a loopback server, so a page served from
+    another localhost port (a dev server, any local app with a web UI) could call our tools.
+    """
+
+    def __init__(self, app, port: int):
+        self.app = app
+        self.port = port
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            from starlette.datastructures import Headers
+            from starlette.responses import Response
+
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin and not same_origin(origin, headers.get("host", ""), self.port):
+                await Response("Forbidden Origin", status_code=403)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def http_auth(host: str):
@@ -228,9 +289,12 @@ def main(argv: list[str] | None = None) -> None:
     # a rebinding page cannot send, and clients reach the machine by names and addresses we
     # cannot list (0.0.0.0 is never a Host header), so any Host is let through. A foreign
     # browser Origin is refused either way.
+    from starlette.middleware import Middleware
+
     mcp.run("http", show_banner=False, host=args.host, port=args.port,
             host_origin_protection=True,
-            allowed_hosts=None if is_loopback(args.host) else ["*"])
+            allowed_hosts=None if is_loopback(args.host) else ["*"],
+            middleware=[Middleware(OwnOriginOnly, port=args.port)])
 
 
 if __name__ == "__main__":

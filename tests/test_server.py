@@ -635,6 +635,12 @@ async def test_http_round_trip_and_origin_check(corpus, tmp_path):
         assert raw_initialize(url, Origin=url.rsplit("/", 1)[0]).status_code == 200
         # DNS rebinding: a web page elsewhere must not drive the local server
         assert raw_initialize(url, Origin="http://evil.example").status_code == 403
+        # regression: any other localhost port got through (a local dev server's page)
+        port = int(url.split(":")[2].split("/")[0])
+        assert raw_initialize(url, Origin=f"http://localhost:{port}").status_code == 200
+        for other in (f"http://localhost:{free_port()}", f"http://127.0.0.1:{port + 1}",
+                      "http://127.0.0.1", "http://localhost:notaport"):
+            assert raw_initialize(url, Origin=other).status_code == 403, other
 
 
 async def test_http_bearer_token(corpus, tmp_path):

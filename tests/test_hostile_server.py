@@ -1,0 +1,333 @@
+"""Hostile and unlucky input at the MCP surface (issue 13): every bound holds, every error
+says what to do, one damaged knowledge base never breaks the others.
+
+Real `ingest.py` runs build the KBs, a real `server.py` serves them over stdio to fastmcp's
+Client; SQLite, Chroma and the embedder are the real ones. Each attack below was seen to take
+the server down, leak a traceback or tell a lie before the fix it pins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+import pytest_asyncio
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
+
+import kb as kbmod
+import limits
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+SERVER = str(REPO / "server.py")
+module_loop = pytest.mark.asyncio(loop_scope="module")
+
+NOTES = "\n".join([
+    "Incident handbook",
+    "The zanzibar failover drill runs every quarter.",
+    "Backups are restored to the staging cluster monthly.",
+    "On-call engineers rotate weekly.",
+])
+LONG_LINE_WORDS = 300_000  # one line of ~3 MB: "word00000 word00001 ..."
+MANY_LINES = 2000
+
+
+def long_line() -> str:
+    return " ".join(f"word{i:05d}" for i in range(LONG_LINE_WORDS))
+
+
+def clean_env(**extra: str) -> dict:
+    drop = ("LINECITE_HOME", "LINECITE_CHROMA_URL", "LINECITE_ALLOWED_DIRS", "LINECITE_PAUSE_AT")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+
+
+def ingest_cli(path: Path, kb_id: str, base: Path) -> dict:
+    proc = subprocess.run([PY, str(REPO / "ingest.py"), str(path), "--kb", kb_id, "--base-path",
+                           str(base), "--quiet"], capture_output=True, text=True,
+                          encoding="utf-8", env=clean_env(), cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """KB `docs` (built-in embedder) and KB `lean` (BM25 only) with a 3 MB line and a page
+    of 2,000 lines."""
+    root = tmp_path_factory.mktemp("hostile")
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "notes.txt").write_text(NOTES, encoding="utf-8")
+    lean = root / "lean"
+    lean.mkdir()
+    (lean / "oneline.txt").write_text(long_line(), encoding="utf-8")
+    (lean / "many.txt").write_text(
+        "\n".join(f"row {n:04d} " + "x" * 90 for n in range(1, MANY_LINES + 1)),
+        encoding="utf-8")
+    base = root / "base"
+    ingest_cli(docs, "docs", base)
+    kbmod.open_or_create(base, "lean")
+    config = base / "lean" / "config.json"
+    config.write_text(json.dumps({"id": "lean", "embedding": {"provider": "none"}}),
+                      encoding="utf-8")
+    summary = ingest_cli(lean, "lean", base)
+    assert summary["indexed"] == 2 and not summary["failed"], summary
+    return base
+
+
+def server(base: Path, log: Path, **env: str) -> Client:
+    transport = StdioTransport(PY, [SERVER, "--base-path", str(base)], env=clean_env(**env),
+                               cwd=str(REPO), keep_alive=False, log_file=log)
+    return Client(transport, timeout=120)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stdio(base, tmp_path_factory):
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    async with server(base, log) as client:
+        yield client
+    assert "Traceback" not in log.read_text(encoding="utf-8", errors="replace")
+
+
+async def call(client: Client, tool: str, **args) -> dict:
+    return (await client.call_tool(tool, args)).structured_content
+
+
+async def tool_error(client: Client, tool: str, **args) -> str:
+    result = await client.call_tool(tool, args, raise_on_error=False)
+    assert result.is_error, result
+    text = result.content[0].text
+    assert "Traceback" not in text and 'File "' not in text
+    return text
+
+
+def server_rss(base: Path) -> int:
+    """Resident bytes of the `server.py` child serving `base` (the test's own stdio server)."""
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmd = child.cmdline()
+        except psutil.Error:
+            continue
+        if any(part.endswith("server.py") for part in cmd) and str(base) in cmd:
+            return child.memory_info().rss
+    raise AssertionError("the server process was not found")
+
+
+# ---------------------------------------------------------------------------
+# queries: bounded before any work
+
+
+@module_loop
+@pytest.mark.parametrize("mode", ["exact", "vector", "auto", "bm25"])
+async def test_a_megabyte_query_is_refused_with_the_bound(stdio, base, mode):
+    # regression: a 1 MB exact query took 23 GB and the kernel killed the server; in vector
+    # mode numpy asked for 4.8 GB and the agent read numpy's error
+    before = server_rss(base)
+    text = await tool_error(stdio, "search", query="deploy " * 150_000, search_mode=mode,
+                            kb_id="docs")
+    assert f"{limits.MAX_QUERY_CHARS:,}" in text and "query" in text, text
+    assert len(text) < 500  # the refused query is not echoed back
+    assert server_rss(base) - before < 50 * 2**20
+
+
+@module_loop
+@pytest.mark.parametrize("mode", ["exact", "vector", "auto", "bm25"])
+async def test_a_query_at_the_bound_answers_in_bounded_memory(stdio, base, mode):
+    query = ("zanzibar failover drill quarter backups staging " * 200)[:limits.MAX_QUERY_CHARS]
+    before = server_rss(base)
+    found = await call(stdio, "search", query=query, search_mode=mode, kb_id="docs", top_k=5)
+    assert "query" not in found  # the answer does not echo 4,000 characters back
+    assert server_rss(base) - before < 300 * 2**20
+    if mode != "exact":  # no line holds the whole query as written
+        assert found["hits"][0]["source"] == "docs/notes.txt"
+
+
+@module_loop
+async def test_control_characters_are_refused(stdio, base, tmp_path):
+    # regression: NUL in an exact query leaked SQLite's "unterminated string"; NUL in an
+    # ingest_file path gave a traceback
+    text = await tool_error(stdio, "search", query="zanzibar\x00", search_mode="exact",
+                            kb_id="docs")
+    assert "U+0000" in text and "query" in text
+    text = await tool_error(stdio, "ingest_file", path=f"{tmp_path}/a\x00.txt", kb_id="docs")
+    assert "U+0000" in text and "path" in text
+    text = await tool_error(stdio, "read_range", source="docs/notes.txt\x07", page=1,
+                            kb_id="docs")
+    assert "U+0007" in text and "source" in text
+
+
+@module_loop
+async def test_overlong_names_are_refused_without_echo(stdio):
+    for tool, args, what in (
+            ("read_range", {"source": "s" * 100_000, "page": 1}, "source"),
+            ("get_document_chunk", {"chunk_id": "c" * 100_000, "kb_id": "docs"}, "chunk_id"),
+            ("search", {"query": "x", "kb_id": "k" * 100_000}, "kb_id")):
+        text = await tool_error(stdio, tool, **args)
+        assert what in text and "limit" in text and len(text) < 500, (tool, text[:200])
+
+
+# ---------------------------------------------------------------------------
+# answers: bounded, with the way to read on
+
+
+@module_loop
+async def test_a_hit_on_a_huge_line_is_cut_and_read_range_reads_on(stdio):
+    # regression: every hit on a 50 MB one-line file and every read_range returned the whole
+    # line, about 65 s a call, even with top_k=1
+    line = long_line()
+    for mode in ("exact", "bm25"):
+        found = await call(stdio, "search", query="word00007", search_mode=mode, kb_id="lean",
+                           top_k=3)
+        hit = found["hits"][0]
+        assert (hit["source"], hit["line_start"], hit["line_end"]) == ("lean/oneline.txt", 1, 1)
+        assert len(hit["text"]) <= limits.MAX_HIT_CHARS + len(limits.CUT_MARK)
+        assert hit["text"].endswith(limits.CUT_MARK) and "text_cut" in hit
+        assert line.startswith(hit["text"][:-len(limits.CUT_MARK)])
+        assert len(json.dumps(found)) < 3 * limits.MAX_HIT_CHARS * 3
+    got = await call(stdio, "read_range", source="lean/oneline.txt", page=1, kb_id="lean")
+    (first,) = got["lines"]
+    assert first["line_chars"] == len(line)
+    assert first["text"] == line[:limits.MAX_LINE_CHARS] + limits.CUT_MARK
+    offset = first["next_char_offset"]
+    assert offset == limits.MAX_LINE_CHARS
+    more = await call(stdio, "read_range", source="lean/oneline.txt", page=1, kb_id="lean",
+                      char_offset=offset)
+    (second,) = more["lines"]
+    assert second["text"] == line[offset:offset + limits.MAX_LINE_CHARS] + limits.CUT_MARK
+    assert (second["char_offset"], second["next_char_offset"]) == (offset, 2 * offset)
+    tail = await call(stdio, "read_range", source="lean/oneline.txt", page=1, kb_id="lean",
+                      char_offset=len(line) - 10)
+    assert tail["lines"][0]["text"] == line[-10:] and "next_char_offset" not in tail["lines"][0]
+
+
+@module_loop
+async def test_read_range_of_a_long_page_stops_at_the_bound_and_says_where_to_go_on(stdio):
+    got = await call(stdio, "read_range", source="lean/many.txt", page=1, kb_id="lean")
+    lines = got["lines"]
+    assert len(lines) <= limits.MAX_READ_LINES
+    assert sum(len(line["text"]) for line in lines) <= limits.MAX_READ_CHARS
+    last = lines[-1]["line"]
+    assert got["line_end"] == last and got["page_lines"] == MANY_LINES
+    assert f"line_start={last + 1}" in got["more"]
+    follow = await call(stdio, "read_range", source="lean/many.txt", page=1, kb_id="lean",
+                        line_start=last + 1)
+    assert follow["lines"][0]["text"].startswith(f"row {last + 1:04d} ")
+    end = await call(stdio, "read_range", source="lean/many.txt", page=1, kb_id="lean",
+                     line_start=MANY_LINES - 2)
+    assert [x["line"] for x in end["lines"]] == [MANY_LINES - 2, MANY_LINES - 1, MANY_LINES]
+    assert "more" not in end
+
+
+@module_loop
+async def test_list_sources_comes_in_pages(stdio):
+    first = await call(stdio, "list_sources", kb_id="lean", limit=1)
+    assert (first["total"], first["next_offset"]) == (2, 1)
+    assert [s["name"] for s in first["sources"]] == ["lean/many.txt"]
+    rest = await call(stdio, "list_sources", kb_id="lean", offset=1)
+    assert [s["name"] for s in rest["sources"]] == ["lean/oneline.txt"]
+    assert "next_offset" not in rest
+
+
+# ---------------------------------------------------------------------------
+# damaged stores: reported, never fatal to the other KBs, never written by the server
+
+
+def copy_kb(base: Path, source: str, target: str, into: Path) -> Path:
+    folder = into / target
+    shutil.copytree(base / source, folder, ignore=shutil.ignore_patterns("*.lock"))
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(id=target, name=target)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder
+
+
+async def test_one_damaged_kb_never_breaks_the_others(base, tmp_path):
+    # regression: a truncated fulltext.sqlite3 made every tool, list_knowledge_bases too,
+    # answer "database disk image is malformed"; a config.json with binary bytes gave a raw
+    # codec error; a deleted chroma/ went unnoticed (a new empty store, status ready)
+    damaged_base = tmp_path / "base"
+    copy_kb(base, "docs", "docs", damaged_base)
+    broken = copy_kb(base, "docs", "broken", damaged_base) / "fulltext.sqlite3"
+    with broken.open("r+b") as f:
+        f.truncate(8192)
+    garbled = copy_kb(base, "docs", "garbled", damaged_base) / "config.json"
+    garbled.write_bytes(b'\xff\xfe{"id": \x00\x81binary')
+    nochroma = copy_kb(base, "docs", "nochroma", damaged_base)
+    shutil.rmtree(nochroma / "chroma")
+    async with server(damaged_base, tmp_path / "server.log") as client:
+        kbs = {k["id"]: k for k in
+               (await call(client, "list_knowledge_bases"))["knowledge_bases"]}
+        assert {k: v["status"] for k, v in kbs.items()} == {
+            "broken": "damaged", "docs": "ready", "garbled": "error", "nochroma": "degraded"}
+        assert "--rebuild" in kbs["broken"]["error"]
+        assert "UTF-8" in kbs["garbled"]["error"]
+        assert "ingest.py --kb nochroma" in kbs["nochroma"]["error"]
+        for mode in ("auto", "bm25", "exact"):
+            text = await tool_error(client, "search", query="zanzibar", kb_id="broken",
+                                    search_mode=mode)
+            assert "damaged" in text and "ingest.py --kb broken --rebuild" in text, text
+        text = await tool_error(client, "list_sources", kb_id="broken")
+        assert "--rebuild" in text
+        found = await call(client, "search", query="zanzibar drill", kb_id="docs")
+        assert found["hits"][0]["source"] == "docs/notes.txt" and "degraded" not in found
+        found = await call(client, "search", query="zanzibar drill", kb_id="nochroma")
+        assert found["hits"][0]["source"] == "docs/notes.txt"
+        assert "vector leg unavailable" in found["degraded"]
+        text = await tool_error(client, "search", query="zanzibar", kb_id="nochroma",
+                                search_mode="vector")
+        assert "missing" in text and "ingest.py --kb nochroma" in text
+        info = await call(client, "get_index_info", kb_id="nochroma")
+        assert any("missing" in w for w in info["warnings"])
+    assert "Traceback" not in (tmp_path / "server.log").read_text(encoding="utf-8")
+    assert not (nochroma / "chroma").exists()  # the server never creates store files
+
+
+def read_only_folder(folder: Path):
+    """Make `folder` read-only for this process: chmod for a normal user; root ignores file
+    modes, so there a read-only bind mount of the folder onto itself (skip if not allowed)."""
+    if os.name == "nt":
+        pytest.skip("folder permissions on Windows are ACLs; checked by install.ps1 -SelfTest")
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return lambda: folder.chmod(0o755)
+    ok = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if ok.returncode != 0:
+        pytest.skip(f"cannot make a read-only folder as root here: {ok.stderr!r}")
+    subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], check=True)
+    return lambda: subprocess.run(["umount", str(folder)], check=True)
+
+
+async def test_a_read_only_kb_folder_is_served(base, tmp_path):
+    # regression: a KB on a read-only folder could not be served at all ("unable to open
+    # database file"): WAL needs a -shm file beside the index
+    frozen_base = tmp_path / "base"
+    folder = copy_kb(base, "docs", "docs", frozen_base)
+    undo = read_only_folder(folder)
+    try:
+        with pytest.raises(OSError):
+            (folder / "probe").write_text("x", encoding="utf-8")
+        async with server(frozen_base, tmp_path / "server.log") as client:
+            for mode in ("bm25", "exact"):
+                found = await call(client, "search", query="zanzibar", search_mode=mode)
+                assert found["hits"][0]["source"] == "docs/notes.txt"
+            got = await call(client, "read_range", source="docs/notes.txt", page=1)
+            assert got["lines"][1]["text"] == NOTES.split("\n")[1]
+    finally:
+        undo()
+
+
+def test_chroma_url_must_be_http(tmp_path):
+    # regression: chromaUrl "ftp://x" gave a ValueError traceback on the first search
+    folder = tmp_path / "kb1"
+    folder.mkdir()
+    for url in ("ftp://x", "http://", "http://host:port"):
+        (folder / "config.json").write_text(json.dumps({"chromaUrl": url}), encoding="utf-8")
+        with pytest.raises(kbmod.ConfigError, match="chromaUrl") as err:
+            kbmod.load(tmp_path, "kb1")
+        assert "http://host:port" in str(err.value)
