@@ -34,10 +34,10 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 import zipfile
-import zlib
 from pathlib import Path
 
 from extract import Extracted, ExtractError, check_zip
+from zipxml import children, local, parse_xml, read_member
 
 # -----------------------------------------------------------------------------
 SECTION_NAME = re.compile(r"Contents/section(\d+)\.xml", re.IGNORECASE)  # a body part
@@ -54,41 +54,6 @@ _MARGINAL_PREFIXES = ("[header] ", "[footer] ")
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufeff]")  # not \t \n
 
 
-def _local(tag: object) -> str:
-    """Tag name without its namespace: HWPX writers differ in prefixes and 2011/2016 URIs."""
-    return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
-
-
-def _children(element: ET.Element, name: str) -> list[ET.Element]:
-    return [child for child in element if _local(child.tag) == name]
-
-
-def read_member(archive: zipfile.ZipFile, name: str, path: Path) -> bytes:
-    """One zip entry's bytes. check_zip vetted only the directory; an entry can still be
-    damaged, encrypted or packed with a method Python lacks."""
-    try:
-        return archive.read(name)
-    except RuntimeError as exc:  # zipfile: "File ... is encrypted, password required"
-        raise ExtractError("password-protected", f"{path.name} is an encrypted zip; save an "
-                                                 "unprotected copy and index that.") from exc
-    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
-        raise ExtractError("corrupt", f"{path.name}: its part {name} is damaged or packed in "
-                                      f"an unsupported way ({exc}); re-save the file.") from exc
-
-
-def parse_xml(data: bytes, name: str, path: Path) -> ET.Element:
-    """Parse one XML part. A DTD is refused outright: OWPML and OFD never carry one, and with
-    none there are no entities to expand (no billion laughs, no external files)."""
-    if b"<!DOCTYPE" in data or "<!DOCTYPE".encode("utf-16-le") in data:
-        raise ExtractError("corrupt", f"{path.name}: {name} declares a DTD, which this format "
-                                      "never does; it was not parsed.")
-    try:
-        return ET.fromstring(data)
-    except ET.ParseError as exc:
-        raise ExtractError("corrupt", f"{path.name}: {name} is not well-formed XML ({exc}); "
-                                      "re-save the file and retry.") from exc
-
-
 # ----------------------------------------------------------------------------- paragraphs
 
 
@@ -102,7 +67,7 @@ class _Reader:
 
     def block(self, container: ET.Element) -> list[str]:
         """Lines of the paragraphs directly inside a subList (cell, header, note, text box)."""
-        return [line for p in _children(container, "p") for line in self.paragraph(p)]
+        return [line for p in children(container, "p") for line in self.paragraph(p)]
 
     def paragraph(self, p: ET.Element) -> list[str]:
         """One paragraph's lines: its text, with tables, text boxes and marginals on lines of
@@ -110,16 +75,16 @@ class _Reader:
         lines: list[str] = []
         notes: list[str] = []
         text: list[str] = []
-        for run in _children(p, "run"):
+        for run in children(p, "run"):
             for item in run:
-                name = _local(item.tag)
+                name = local(item.tag)
                 if name == "t":
                     text.append(self.text(item))
                 elif name == "equation":
                     text.append(f" [math: {equation_latex(item)}] ")
                 elif name in ("ctrl", *_NOTES, *_MARGINALS):
                     for control in [item] if name != "ctrl" else list(item):
-                        kind = _local(control.tag)
+                        kind = local(control.tag)
                         if kind in _NOTES:
                             notes.append(self.note(control, _NOTES[kind]))
                         elif kind in _MARGINALS:
@@ -136,7 +101,7 @@ class _Reader:
         """An hp:t run: text mixed with tab, space, line-break and change-tracking marks."""
         parts = [] if self.deleting else [t.text or ""]  # control chars go in _flush
         for mark in t:
-            name = _local(mark.tag)
+            name = local(mark.tag)
             if name == "deleteBegin":
                 self.deleting = True
             elif name == "deleteEnd":
@@ -149,12 +114,12 @@ class _Reader:
 
     def table(self, tbl: ET.Element) -> list[str]:
         """One line per row (cells " | "), with the caption's lines before it."""
-        lines = [line for cap in _children(tbl, "caption") for sub in _sublists(cap)
+        lines = [line for cap in children(tbl, "caption") for sub in _sublists(cap)
                  for line in self.block(sub)]
-        for tr in _children(tbl, "tr"):
+        for tr in children(tbl, "tr"):
             cells = []
-            for tc in _children(tr, "tc"):
-                cell = [line for sub in _children(tc, "subList") for line in self.block(sub)]
+            for tc in children(tr, "tc"):
+                cell = [line for sub in children(tc, "subList") for line in self.block(sub)]
                 # Forms often define the page header inside a layout table's cell; it is
                 # still the page's header, so it gets its own line, before the row.
                 lines += [line for line in cell if line.startswith(_MARGINAL_PREFIXES)]
@@ -170,7 +135,7 @@ class _Reader:
 
     def note(self, element: ET.Element, kind: str) -> str:
         """A footnote or endnote as one line; its number is the autoNum Hancom draws."""
-        number = next((n.get("num") for n in element.iter() if _local(n.tag) == "autoNum"), "")
+        number = next((n.get("num") for n in element.iter() if local(n.tag) == "autoNum"), "")
         body = " ".join(line.strip() for sub in _sublists(element) for line in self.block(sub))
         label = f"{kind} {number}" if number else kind
         return f"[{label}] {' '.join(body.split())}" if body.strip() else ""
@@ -192,14 +157,14 @@ def _sublists(element: ET.Element) -> list[ET.Element]:
     nested ones are read by the paragraphs of the outer one, never twice."""
     found: list[ET.Element] = []
     for child in element:
-        found += [child] if _local(child.tag) == "subList" else _sublists(child)
+        found += [child] if local(child.tag) == "subList" else _sublists(child)
     return found
 
 
 def equation_latex(equation: ET.Element) -> str:
     """Hancom's equation script (`{a+b} over c`) as LaTeX, by python-hwpx's converter; the
     script itself when it will not convert, so the formula is never lost."""
-    script = next((s.text or "" for s in equation if _local(s.tag) == "script"), "")
+    script = next((s.text or "" for s in equation if local(s.tag) == "script"), "")
     script = " ".join(script.split())
     try:
         from hwpx.equation import eqedit_to_latex
@@ -215,8 +180,8 @@ def equation_latex(equation: ET.Element) -> str:
 def section_pages(root: ET.Element, reader: _Reader) -> list[list[str]]:
     """A section's pages: a new one at each page break or further section definition."""
     pages: list[list[str]] = [[]]
-    for index, p in enumerate(_children(root, "p")):
-        new_section = index > 0 and any(_local(x.tag) == "secPr" for run in _children(p, "run")
+    for index, p in enumerate(children(root, "p")):
+        new_section = index > 0 and any(local(x.tag) == "secPr" for run in children(p, "run")
                                          for x in run)
         if (p.get("pageBreak") == "1" or new_section) and pages[-1]:
             pages.append([])
@@ -237,9 +202,9 @@ def _section_names(archive: zipfile.ZipFile, path: Path) -> list[str]:
         root = parse_xml(read_member(archive, manifest, path), manifest, path)
     except ExtractError:
         return found
-    hrefs = {i.get("id"): i.get("href", "") for i in root.iter() if _local(i.tag) == "item"}
+    hrefs = {i.get("id"): i.get("href", "") for i in root.iter() if local(i.tag) == "item"}
     spine = [hrefs.get(ref.get("idref"), "") for ref in root.iter()
-             if _local(ref.tag) == "itemref"]
+             if local(ref.tag) == "itemref"]
     ordered = []
     for href in spine:
         for candidate in (href, f"Contents/{href}"):

@@ -19,14 +19,15 @@ from urllib.parse import urlsplit
 import fulltext
 
 DEFAULT_KB = "default"
+HOME_ENV = "LINECITE_HOME"  # the base folder, when --base-path is not given
 KB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def default_base_path() -> Path:
     """`%LOCALAPPDATA%\\linecite` on Windows, XDG data home on Linux, Application Support on
     macOS."""
-    if os.environ.get("LINECITE_HOME"):
-        return Path(os.environ["LINECITE_HOME"]).expanduser()
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser()
     if sys.platform == "win32":
         root = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
         return Path(root) / "linecite"

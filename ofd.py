@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from extract import Extracted, ExtractError, check_zip
-from hwp import parse_xml, read_member
+from zipxml import children, local, parse_xml, read_member
 
 # -----------------------------------------------------------------------------
 LINE_TOLERANCE = 0.5  # same line: baselines closer than this x the smaller font size
@@ -56,11 +56,6 @@ class Run:
     y: float
     size: float
     text: str
-
-
-def _local(tag: object) -> str:
-    """Tag name without namespace: files use ofd: with the 2016 URI, the older URI, or none."""
-    return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
 
 
 def _floats(value: str | None) -> list[float]:
@@ -104,14 +99,10 @@ class _Package:
         return real, self.cache[real]
 
 
-def _children(element: ET.Element, name: str) -> list[ET.Element]:
-    return [child for child in element if _local(child.tag) == name]
-
-
 def _find(element: ET.Element, *names: str) -> ET.Element | None:
     """The first descendant at the path `names` (local names), or None."""
     for name in names:
-        element = next(iter(_children(element, name)), None)
+        element = next(iter(children(element, name)), None)
         if element is None:
             return None
     return element
@@ -152,7 +143,7 @@ def text_runs(page: ET.Element) -> list[Run]:
     """Every visible TextCode of a page (or template page) as a Run in page coordinates."""
     runs: list[Run] = []
     for obj in page.iter():
-        if _local(obj.tag) != "TextObject" or obj.get("Visible", "true").lower() == "false":
+        if local(obj.tag) != "TextObject" or obj.get("Visible", "true").lower() == "false":
             continue
         box = (_floats(obj.get("Boundary")) + [0.0] * 4)[:4]
         matrix = _floats(obj.get("CTM"))
@@ -160,7 +151,7 @@ def text_runs(page: ET.Element) -> list[Run]:
         size = (_floats(obj.get("Size")) or [DEFAULT_SIZE])[0]
         scale = math.sqrt(abs(ctm[0] * ctm[3] - ctm[1] * ctm[2])) or 1.0
         x = y = 0.0
-        for code in _children(obj, "TextCode"):
+        for code in children(obj, "TextCode"):
             text = _CONTROL_CHARS.sub(" ", code.text or "")
             x = (_floats(code.get("X")) or [x])[0]
             y = (_floats(code.get("Y")) or [y])[0]
@@ -214,8 +205,8 @@ def document_pages(package: _Package, doc_name: str) -> list[list[str]]:
     """Lines of every page of one Document.xml, templates included."""
     real_name, doc = package.xml("", doc_name, "Document.xml")
     doc_dir = posixpath.dirname(real_name)
-    templates = {t.get("ID"): _base_loc(t) for t in doc.iter() if _local(t.tag) == "TemplatePage"}
-    entries = [p for pages in _children(doc, "Pages") for p in _children(pages, "Page")]
+    templates = {t.get("ID"): _base_loc(t) for t in doc.iter() if local(t.tag) == "TemplatePage"}
+    entries = [p for pages in children(doc, "Pages") for p in children(pages, "Page")]
     if not entries:
         raise ExtractError("corrupt", f"{package.path.name}: {doc_name} lists no pages; "
                                       "the OFD file is incomplete.")
@@ -223,7 +214,7 @@ def document_pages(package: _Package, doc_name: str) -> list[list[str]]:
     for entry in entries:
         _, page = package.xml(doc_dir, _base_loc(entry), f"page {entry.get('ID')}")
         runs = text_runs(page)
-        for ref in _children(page, "Template"):
+        for ref in children(page, "Template"):
             loc = templates.get(ref.get("TemplateID"))
             runs += text_runs(package.xml(doc_dir, loc, f"template {ref.get('TemplateID')}")[1])
         pages.append(lines_of(runs))
@@ -241,7 +232,7 @@ def extract_ofd(path: Path) -> Extracted:
                                           "(or a damaged one); re-export it.")
         _, root = package.xml("", "OFD.xml", "OFD.xml")
         roots = [(_find(body, "DocRoot").text or "").strip()
-                 for body in _children(root, "DocBody") if _find(body, "DocRoot") is not None]
+                 for body in children(root, "DocBody") if _find(body, "DocRoot") is not None]
         if not roots:
             raise ExtractError("corrupt", f"{path.name}: OFD.xml names no document (DocBody/"
                                           "DocRoot); the OFD file is incomplete.")

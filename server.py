@@ -36,7 +36,6 @@ from limits import UserError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # bearer token; required when binding a non-loopback address
-BASE_PATH: Path | None = None  # set by main() from --base-path
 # ---------------------------------------------------------------------------
 
 READ_ONLY = {"readOnlyHint": True, "openWorldHint": False}
@@ -46,7 +45,7 @@ KbId = Annotated[str | None, Field(description="Knowledge base id (see list_know
 
 @lifespan
 async def open_library(server: FastMCP):
-    library = Library(BASE_PATH or kbmod.default_base_path())
+    library = Library(kbmod.default_base_path())
     try:
         yield {"library": library}
     finally:
@@ -269,7 +268,6 @@ def http_auth(host: str):
 
 
 def main(argv: list[str] | None = None) -> None:
-    global BASE_PATH
     parser = argparse.ArgumentParser(description="linecite MCP server")
     parser.add_argument("--transport", choices=["stdio", "http"],
                         default=os.environ.get("LINECITE_TRANSPORT", "stdio"))
@@ -279,7 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base-path", type=Path, default=None,
                         help="folder holding all KBs (default: $LINECITE_HOME or user data)")
     args = parser.parse_args(argv)
-    BASE_PATH = args.base_path
+    if args.base_path is not None:  # the flag wins over the environment, for the
+        os.environ[kbmod.HOME_ENV] = str(args.base_path)  # lifespan and every child process
     if args.transport == "stdio":
         mcp.run("stdio", show_banner=False)
         return
