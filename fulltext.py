@@ -517,9 +517,30 @@ def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
     return conn.execute(sql, params).fetchall()
 
 
-def page_count(conn: sqlite3.Connection, source: str) -> int | None:
-    row = conn.execute("SELECT pages FROM sources WHERE name = ?", (source,)).fetchone()
-    return None if row is None else row[0]
+def source_names_ending(conn: sqlite3.Connection, name: str, limit: int) -> list[str]:
+    """[name] when a source has exactly that name; else up to `limit` sources whose name ends
+    in "/" + name (a file name given without its folder)."""
+    if source_row(conn, name) is not None:
+        return [name]
+    pattern = "%/" + name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return [r[0] for r in conn.execute("SELECT name FROM sources WHERE name LIKE ? ESCAPE '\\'"
+                                       " ORDER BY name LIMIT ?", (pattern, limit))]
+
+
+CLOSE_NAMES_SCANNED = 20_000  # source names compared when suggesting close matches
+
+
+def close_source_names(conn: sqlite3.Connection, name: str, limit: int) -> list[str]:
+    """Up to `limit` source names that look like `name` (a typo, another extension)."""
+    import difflib
+
+    names = [r[0] for r in conn.execute("SELECT name FROM sources ORDER BY name LIMIT ?",
+                                        (CLOSE_NAMES_SCANNED,))]
+    by_file = {n.rsplit("/", 1)[-1]: n for n in names}
+    close = difflib.get_close_matches(name, names, limit, 0.6)
+    close += [by_file[f] for f in difflib.get_close_matches(name.rsplit("/", 1)[-1],
+                                                             list(by_file), limit, 0.6)]
+    return list(dict.fromkeys(close))[:limit]
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ class Library:
         return kbmod.list_ids(self.base)
 
     def resolve(self, kb_id: str | None) -> str:
-        check_text(kb_id, "kb_id", limits.MAX_KB_ID_CHARS)
+        check_kb_arg(kb_id)
         known = self.kb_ids()
         if not known:
             raise UserError(f"there is no knowledge base under {self.base} yet; create one by "
@@ -170,7 +170,7 @@ class Library:
             raise UserError("query is empty; pass the words, name or number to look for")
         kb = self.resolve(kb_id)
         if source is not None:
-            self._check_source(kb, source)
+            source = self._source_name(kb, source)
         with self.reading(kb) as entry, entry.lock:  # no store is closed under a query
             searcher = self._searcher(entry)
             degraded = None
@@ -195,7 +195,11 @@ class Library:
     def read_range(self, source: str, page: int, line_start: int, line_end: int, context: int,
                    kb_id: str | None, char_offset: int = 0) -> dict:
         check_text(source, "source", limits.MAX_NAME_CHARS)
-        with self.reading(self._kb_of_source(source, kb_id)) as entry:
+        if line_end == 0 or (line_end != -1 and line_end < line_start):
+            raise UserError(f"line_end {line_end} is before line_start {line_start}; give "
+                            "line_end >= line_start, or -1 for the end of the page")
+        kb_id, source = self._kb_of_source(source, kb_id)
+        with self.reading(kb_id) as entry:
             return read_lines(entry, source, page, line_start, line_end, context, char_offset)
 
     def get_document_chunk(self, chunk_id: str, kb_id: str | None) -> dict:
@@ -232,7 +236,7 @@ class Library:
 
         check_text(path, "path", limits.MAX_PATH_CHARS)
         check_text(source_name, "source_name", limits.MAX_NAME_CHARS)
-        check_text(kb_id, "kb_id", limits.MAX_KB_ID_CHARS)
+        check_kb_arg(kb_id)
         known = self.kb_ids()
         if known and kb_id is not None and kb_id not in known:
             raise UserError(f"unknown kb_id {shown(kb_id)}; known knowledge bases: "
@@ -310,34 +314,48 @@ class Library:
                 "next": "start_reindex(kb_id) applies these changes"}
 
     # -- helpers -------------------------------------------------------------------
-    def _check_source(self, kb_id: str, source: str) -> None:
+    def _source_name(self, kb_id: str, source: str) -> str:
+        """The source's name as indexed: the name itself, or a file name that names exactly
+        one source (`dmca.pdf` for `docs/pdf/dmca.pdf`); else an error with close names."""
         with self.reading(kb_id) as entry:
-            known = fulltext.source_row(entry.conn, source) is not None
-        if not known:
-            raise UserError(f"unknown source {shown(source)} in {kb_id!r}; call list_sources "
-                            "to see the indexed sources and their exact names")
+            names = fulltext.source_names_ending(entry.conn, source, 2)
+            if len(names) == 1:
+                return names[0]
+            close = [] if names else fulltext.close_source_names(entry.conn, source, 3)
+        if names:
+            raise UserError(f"several sources are named {shown(source)} in {kb_id!r}, e.g. "
+                            f"{', '.join(map(repr, names))}; give the whole name")
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise UserError(f"unknown source {shown(source)} in {kb_id!r}{hint} (list_sources "
+                        "shows every source and its exact name)")
 
-    def _kb_of_source(self, source: str, kb_id: str | None) -> str:
+    def _kb_of_source(self, source: str, kb_id: str | None) -> tuple[str, str]:
+        """(kb_id, source name) of a source, looked for in every KB when kb_id is left out."""
         if kb_id is not None or len(self.kb_ids()) <= 1:
             kb_id = self.resolve(kb_id)
-            self._check_source(kb_id, source)
-            return kb_id
+            return kb_id, self._source_name(kb_id, source)
         holders = []
         for k in self.kb_ids():
             try:
-                with self.reading(k) as entry:
-                    if fulltext.source_row(entry.conn, source) is not None:
-                        holders.append(k)
+                holders.append((k, self._source_name(k, source)))
             except (kbmod.ConfigError, UserError):
-                continue  # a KB that is empty, broken or damaged holds no source we can read
+                continue  # not there, or a KB that is empty, broken or damaged
         if not holders:
             raise UserError(f"unknown source {shown(source)} in any knowledge base; call "
                             "list_sources with a kb_id to see the indexed sources and their "
                             "exact names")
         if len(holders) > 1:
             raise UserError(f"source {shown(source)} is in several knowledge bases "
-                            f"({', '.join(holders)}); pass kb_id")
+                            f"({', '.join(k for k, _ in holders)}); pass kb_id")
         return holders[0]
+
+
+def check_kb_arg(kb_id: str | None) -> None:
+    """A kb_id argument is left out (None) or names a KB: "" would quietly mean `default`."""
+    check_text(kb_id, "kb_id", limits.MAX_KB_ID_CHARS)
+    if kb_id is not None and not kb_id.strip():
+        raise UserError("kb_id is empty; leave it out to use the only knowledge base, or pass "
+                        "an id from list_knowledge_bases")
 
 
 class KBDamaged(UserError):
@@ -422,8 +440,14 @@ def read_lines(entry: OpenKB, source: str, page: int, line_start: int, line_end:
     on from, and the whole answer stops at MAX_READ_LINES lines or MAX_READ_CHARS characters
     with the line to continue from."""
     conn, kb_id = entry.conn, entry.kb.id
-    pages = fulltext.page_count(conn, source)
-    if not pages or not 1 <= page <= pages:
+    row = fulltext.source_row(conn, source)
+    pages = row["pages"]
+    if not pages:
+        why = row["error"] or "no text"
+        raise UserError(f"{source!r} is not indexed: it is {row['state']} ({why}); fix the file "
+                        "(get_index_info lists what went wrong) and index it again with "
+                        "ingest_file or start_reindex")
+    if not 1 <= page <= pages:
         raise UserError(f"page {page} is out of range: {source!r} has pages 1-{pages}")
     total = fulltext.line_count(conn, source, page)
     end = total if line_end == -1 or line_end > total else line_end

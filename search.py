@@ -101,19 +101,37 @@ def fuse(candidates: list[Candidate], fusion: Fusion = "convex",
     return sorted(((c, score(c)) for c in candidates), key=lambda pair: -pair[1])
 
 
+def _touch(a: Hit, b: Hit) -> bool:
+    return (a.source, a.page) == (b.source, b.page) and \
+        b.line_start <= a.line_end + 1 and a.line_start <= b.line_end + 1
+
+
+def _fold(into: Hit, other: Hit) -> None:
+    """`into` takes `other`'s lines, chunk ids and best rank per leg."""
+    into.line_start = min(into.line_start, other.line_start)
+    into.line_end = max(into.line_end, other.line_end)
+    into.chunk_ids += [c for c in other.chunk_ids if c not in into.chunk_ids]
+    for leg, rank in other.ranks.items():
+        if rank is not None and (into.ranks.get(leg) is None or rank < into.ranks[leg]):
+            into.ranks[leg] = rank
+
+
 def _merge_into(hits: list[Hit], new: Hit) -> bool:
-    """Fold `new` into a kept hit of the same page whose lines touch it; True if merged."""
-    for hit in hits:
-        if (hit.source, hit.page) == (new.source, new.page) and \
-                new.line_start <= hit.line_end + 1 and hit.line_start <= new.line_end + 1:
-            hit.line_start = min(hit.line_start, new.line_start)
-            hit.line_end = max(hit.line_end, new.line_end)
-            hit.chunk_ids.append(new.chunk_id)
-            for leg, rank in new.ranks.items():
-                if rank is not None and (hit.ranks.get(leg) is None or rank < hit.ranks[leg]):
-                    hit.ranks[leg] = rank
-            return True
-    return False
+    """Fold `new` into a kept hit of the same page whose lines touch it; True if merged.
+
+    A hit that grows can come to touch another kept hit (1-100 grows to 117 beside 117-131):
+    those fold into the better-ranked one, so no two hits ever share a line.
+    """
+    hit = next((h for h in hits if _touch(h, new)), None)
+    if hit is None:
+        return False
+    _fold(hit, new)
+    while (other := next((h for h in hits if h is not hit and _touch(h, hit)), None)):
+        keep, drop = (hit, other) if hits.index(hit) < hits.index(other) else (other, hit)
+        _fold(keep, drop)
+        hits.remove(drop)
+        hit = keep
+    return True
 
 
 def _diversify(hits: list[Hit]) -> list[Hit]:

@@ -23,9 +23,11 @@ from urllib.parse import urlsplit
 
 import anyio
 from fastmcp import Context, FastMCP
-from fastmcp.exceptions import ToolError
+from fastmcp.exceptions import ToolError, ValidationError
 from fastmcp.server.lifespan import lifespan
+from fastmcp.server.middleware import Middleware
 from pydantic import Field
+from pydantic import ValidationError as PydanticError
 
 import kb as kbmod
 import limits
@@ -52,12 +54,58 @@ async def open_library(server: FastMCP):
         library.close()
 
 
+KIND_WORDS = {"int_parsing": "a whole number", "int_type": "a whole number",
+              "int_from_float": "a whole number", "bool_parsing": "true or false",
+              "bool_type": "true or false", "string_type": "text"}
+
+
+def argument_errors(tool: str, err: PydanticError, known: list[str]) -> str:
+    """pydantic's report as sentences that say what is allowed (no URL, no type names)."""
+    sentences = []
+    for detail in err.errors(include_url=False):
+        name = ".".join(str(part) for part in detail["loc"]) or "arguments"
+        ctx, kind = detail.get("ctx") or {}, detail["type"]
+        if kind in ("missing", "missing_argument"):
+            sentences.append(f"{name} is required")
+        elif kind in KIND_WORDS:
+            sentences.append(f"{name} must be {KIND_WORDS[kind]}")
+        elif kind == "unexpected_keyword_argument":
+            sentences.append(f"{tool} has no argument {limits.shown(name)}; its arguments "
+                             f"are: {', '.join(known)}")
+        elif kind in ("less_than_equal", "greater_than_equal", "less_than", "greater_than"):
+            bound = {"less_than_equal": "at most", "greater_than_equal": "at least",
+                     "less_than": "less than", "greater_than": "more than"}[kind]
+            limit = next(iter(ctx.values()), "")
+            sentences.append(f"{name} must be {bound} {limit}")
+        elif kind == "literal_error":
+            sentences.append(f"{name} must be one of {ctx.get('expected', '')}")
+        else:
+            sentences.append(f"{name} is not valid here ({detail['msg'].lower()})")
+    return f"{tool}: " + "; ".join(sentences) + "."
+
+
+class PlainArgumentErrors(Middleware):
+    """A wrong argument gets one sentence in our voice, not pydantic's report and its URL."""
+
+    async def on_call_tool(self, context, call_next):
+        try:
+            return await call_next(context)
+        except ValidationError as err:
+            if not isinstance(err.__cause__, PydanticError):
+                raise
+            name = context.message.name
+            tool = await mcp.get_tool(name)
+            known = list(tool.parameters.get("properties", {})) if tool else []
+            raise ToolError(argument_errors(name, err.__cause__, known)) from None
+
+
 mcp = FastMCP(
     "linecite",
     instructions="Search local documents and cite them. Call `search` to find where something "
                  "is said (source, page, line_start, line_end), then `read_range` to read those "
                  "exact lines before quoting them. Cite as: source, page, lines.",
     lifespan=open_library,
+    middleware=[PlainArgumentErrors()],
 )
 
 
@@ -170,8 +218,11 @@ async def start_reindex(
     ctx: Context,
     kb_id: KbId = None,
     scope: Annotated[Literal["full", "contextualization", "embedding"], Field(
-        description="full: sync the KB's folders (new, changed, deleted files) and embed; "
-                    "embedding: embed every chunk again (after changing the embedder)")] = "full",
+        description="full: sync the KB's folders (new, changed and deleted files), then "
+                    "contextualize and embed what is new; contextualization: redo every "
+                    "chunk's context and embedding from the stored text (no file is read "
+                    "again); embedding: embed every chunk again (after changing the "
+                    "embedder). Each scope includes the ones after it")] = "full",
     force: Annotated[bool, Field(description="Redo unchanged files too")] = False,
     deferred: Annotated[bool, Field(description="Only queue it; it runs with the next "
                                                 "`queue_runner.py --sweep-all`")] = False,

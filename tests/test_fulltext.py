@@ -34,7 +34,7 @@ def test_replace_keeps_every_raw_line_and_reports_pending(conn):
     assert pending == 2
     assert fulltext.page_lines(conn, "a.txt", 1) == [(1, "first line"), (2, ""), (3, "third line")]
     assert fulltext.page_lines(conn, "a.txt", 2, 1, 1) == [(1, "page two")]
-    assert fulltext.page_count(conn, "a.txt") == 2
+    assert fulltext.source_row(conn, "a.txt")["pages"] == 2
     row = fulltext.source_row(conn, "a.txt")
     assert (row["state"], row["pages"], row["parser"]) == ("pending", 2, "test")
 

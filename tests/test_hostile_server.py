@@ -23,6 +23,7 @@ from fastmcp.client.transports import StdioTransport
 
 import kb as kbmod
 import limits
+import search
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -64,6 +65,7 @@ def base(tmp_path_factory) -> Path:
     docs = root / "docs"
     docs.mkdir()
     (docs / "notes.txt").write_text(NOTES, encoding="utf-8")
+    (docs / "empty.txt").write_text("", encoding="utf-8")  # indexed as failed: no text
     lean = root / "lean"
     lean.mkdir()
     (lean / "oneline.txt").write_text(long_line(), encoding="utf-8")
@@ -331,3 +333,66 @@ def test_chroma_url_must_be_http(tmp_path):
         with pytest.raises(kbmod.ConfigError, match="chromaUrl") as err:
             kbmod.load(tmp_path, "kb1")
         assert "http://host:port" in str(err.value)
+
+
+# ---------------------------------------------------------------------------
+# wrong arguments: one plain sentence that says what is allowed (issue 15)
+
+
+@module_loop
+@pytest.mark.parametrize(("tool", "args", "expected"), [
+    ("search", {"query": "x", "top_k": 100}, "search: top_k must be at most 50."),
+    ("search", {"query": "x", "search_mode": "fuzzy"},
+     "search: search_mode must be one of 'auto', 'bm25', 'vector' or 'exact'."),
+    ("search", {"query": "x", "topk": 3},
+     "search: search has no argument 'topk'; its arguments are: query, top_k, search_mode, "
+     "kb_id, source."),
+    ("search", {"top_k": 3}, "search: query is required."),
+    ("read_range", {"source": "notes.txt", "page": 0}, "read_range: page must be at least 1."),
+    ("read_range", {"source": "notes.txt", "page": "two"},
+     "read_range: page must be a whole number."),
+])
+async def test_wrong_arguments_get_one_plain_sentence(stdio, tool, args, expected):
+    # regression: these came back as pydantic's report with a URL to its docs
+    assert await tool_error(stdio, tool, **args) == expected
+
+
+@module_loop
+async def test_read_range_line_order_and_empty_kb_id(stdio):
+    for line_end in (0, 1):  # regression: line_end=0 was accepted; 5-1 said "out of range"
+        text = await tool_error(stdio, "read_range", source="docs/notes.txt", page=1,
+                                line_start=3, line_end=line_end, kb_id="docs")
+        assert text.startswith(f"line_end {line_end} is before line_start 3;"), text
+    text = await tool_error(stdio, "search", query="zanzibar", kb_id="")
+    assert "kb_id is empty" in text  # regression: "" silently meant the default KB
+
+
+@module_loop
+async def test_a_file_name_finds_its_source_and_typos_get_suggestions(stdio):
+    # regression: source names carry their folder, so "notes.txt" was refused with no hint
+    got = await call(stdio, "read_range", source="notes.txt", page=1, kb_id="docs")
+    assert got["source"] == "docs/notes.txt" and got["lines"][0]["text"] == "Incident handbook"
+    found = await call(stdio, "search", query="zanzibar", source="notes.txt", kb_id="docs")
+    assert {h["source"] for h in found["hits"]} == {"docs/notes.txt"}
+    text = await tool_error(stdio, "read_range", source="notse.txt", page=1, kb_id="docs")
+    assert "did you mean 'docs/notes.txt'" in text and "list_sources" in text
+
+
+@module_loop
+async def test_read_range_of_a_failed_source_says_why(stdio):
+    # regression: it said "page 1 is out of range: has pages 1-0"
+    text = await tool_error(stdio, "read_range", source="docs/empty.txt", page=1, kb_id="docs")
+    assert "is not indexed" in text and "failed" in text and "empty" in text, text
+
+
+def test_hits_that_grow_into_each_other_merge():
+    # regression: hits on one page could share a line (1-117 and 117-131): a kept hit grew
+    # after the other had been added
+    def hit(first: int, last: int, chunk: str, rank: int) -> search.Hit:
+        return search.Hit(chunk, "a.txt", 1, first, last, "", 1.0, {"bm25": rank}, [chunk])
+
+    hits = [hit(1, 100, "a", 1), hit(117, 131, "b", 2)]
+    assert search._merge_into(hits, hit(90, 117, "c", 3))
+    assert [(h.line_start, h.line_end, h.chunk_ids, h.ranks) for h in hits] == \
+        [(1, 131, ["a", "c", "b"], {"bm25": 1})]
+    assert not search._merge_into(hits, hit(140, 150, "d", 4))
