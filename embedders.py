@@ -308,12 +308,11 @@ class HttpEmbedder(Embedder):
         """Raise for an answer a retry cannot fix; return for 429 and 5xx."""
         status = response.status_code
         if self._auth_refused(response):
-            where = f"the environment variable {self.key_env}" if self.key_env else \
-                "'embedding.apiKeyPreset' or 'embedding.apiKeyEnv' in config.json, and that " \
-                "variable"
+            fix = f"set the environment variable {self.key_env} to a valid key" if self.key_env \
+                else "name the key's environment variable in 'embedding.apiKeyPreset' or " \
+                     "'embedding.apiKeyEnv' in config.json"
             self._auth_error = EmbedderAuthError(
-                f"{self.provider} at {self.base_url} refused the API key (HTTP {status}); set "
-                f"{where} to a valid key")
+                f"{self.provider} at {self.base_url} refused the API key (HTTP {status}); {fix}")
             raise self._auth_error
         if status != 429 and status < 500:
             raise EmbedderRequestError(f"{self.provider} refused the request (HTTP {status}: "
