@@ -162,7 +162,8 @@ def bench_ingest(pdf_dir: Path, limit: int | None, base: Path | None) -> int:
         source.mkdir(parents=True, exist_ok=True)
         for path in sorted(pdf_dir.glob("*.pdf"))[:limit]:
             shutil.copy2(path, source / path.name)
-    floor_code = ("import chroma_store, fulltext, segment; chroma_store.embedder_for(None)(['x']);"
+    floor_code = ("import chroma_store, fulltext, segment; "
+                  "chroma_store.embedder_for(None).embed_documents(['x']); "
                   "segment.tokens('revenue')")
     _, floor, _ = _measured_run(["-c", floor_code])
     # an empty OCR cache, so scanned pages cost their Tesseract time and memory every run

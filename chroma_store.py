@@ -134,12 +134,23 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def open_store(kb_dir: Path, kb_id: str, embedding: dict | None,
-               url: str | None = None) -> ChromaStore | None:
+def open_store(kb_dir: Path, kb_id: str, embedding: dict | None, url: str | None = None,
+               readonly: bool = False) -> ChromaStore | None:
     """The KB's vector store, or None for a BM25-only KB (embedding provider "none")."""
     if (embedding or {}).get("provider") == "none":
         return None
-    return ChromaStore(kb_dir, kb_id, embedder_for(embedding), url=url)
+    return ChromaStore(kb_dir, kb_id, embedder_for(embedding), url=url, readonly=readonly)
+
+
+class StoreMissing(RuntimeError):
+    """A reader found no vector store where the KB's index says vectors were written."""
+
+
+def missing_message(kb_id: str, where: object, what: str) -> str:
+    """What a user reads when a KB's vectors are gone, and the one command that fixes it."""
+    return (f"the vector store of knowledge base {kb_id!r} ({where}) {what}; run "
+            f"`python ingest.py --kb {kb_id}` or start_reindex(kb_id={kb_id!r}) to embed the "
+            "stored text again (no file is read again)")
 
 
 def collection_name(kb_id: str) -> str:
@@ -187,11 +198,12 @@ class ChromaStore:
     """One KB's collection; the client opens on first use and close() releases it."""
 
     def __init__(self, kb_dir: Path, kb_id: str, embedder: Embedder,
-                 url: str | None = None) -> None:
+                 url: str | None = None, readonly: bool = False) -> None:
         self.kb_dir = Path(kb_dir)
         self.kb_id = kb_id
         self.embedder = embedder
         self.url = url
+        self.readonly = readonly  # a reader (the server) never creates a folder or collection
         self.name = collection_name(kb_id)
         self._client: Any = None
         self._collection: Any = None
@@ -199,11 +211,14 @@ class ChromaStore:
         self._stored: dict | None = None  # the collection's recorded identity, read on open
 
     def _open(self) -> Any:
-        """The collection, creating client and collection on first call."""
+        """The collection, creating client and collection on first call (a reader only
+        opens what exists, and says so when it does not)."""
         if self._collection is not None:
             return self._collection
         function = _chroma_function(self.embedder)  # registers ours before any reopen
         client = self._connect()
+        if self.readonly:
+            return self._open_existing(client)
         try:
             # the function goes in through the configuration, not as embedding_function=,
             # so opening a collection made by another embedder reaches our identity check
@@ -219,6 +234,25 @@ class ChromaStore:
             raise
         self._client, self._collection = client, collection
         return collection
+
+    def _open_existing(self, client: Any) -> Any:
+        from chromadb.errors import NotFoundError
+
+        try:
+            collection = client.get_collection(self.name)
+            self._stored = _recorded_identity(collection)
+            self._max_batch = client.get_max_batch_size()
+        except (NotFoundError, ValueError):
+            client.close()
+            raise StoreMissing(self._missing(f"has no collection {self.name!r}")) from None
+        except BaseException:
+            client.close()
+            raise
+        self._client, self._collection = client, collection
+        return collection
+
+    def _missing(self, what: str) -> str:
+        return missing_message(self.kb_id, self.url or self.kb_dir / "chroma", what)
 
     def _checked(self, dimension: int | None = None, record: bool = False) -> Any:
         """The collection, after checking that its vectors come from our embedder.
@@ -253,6 +287,8 @@ class ChromaStore:
         settings = Settings(anonymized_telemetry=False)
         if self.url is None:
             path = self.kb_dir / "chroma"
+            if self.readonly and not path.is_dir():
+                raise StoreMissing(self._missing("is missing"))
             path.mkdir(parents=True, exist_ok=True)
             return chromadb.PersistentClient(path=str(path), settings=settings)
         parts = urlsplit(self.url)

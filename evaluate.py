@@ -130,10 +130,24 @@ def fingerprint(corpus: Path) -> str:
     return digest.hexdigest()
 
 
-def build(name: str, cache: Path) -> kbmod.KnowledgeBase:
+def eval_kb(name: str, cache: Path, embedding: dict | None) -> kbmod.KnowledgeBase:
+    """The set's KB for one embedder: `<cache>/<set>` for the built-in, else a folder named
+    by the embedding block's hash, so two embedders' vectors never share a collection."""
+    if embedding is None:
+        return kbmod.open_or_create(cache, name)
+    digest = hashlib.sha256(json.dumps(embedding, sort_keys=True).encode()).hexdigest()[:8]
+    kb = kbmod.open_or_create(cache, f"{name}-{embedding['provider']}-{digest}")
+    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
+    if config.get("embedding") != embedding:
+        config["embedding"] = embedding
+        (kb.folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return kbmod.load(cache, kb.id)
+
+
+def build(name: str, cache: Path, embedding: dict | None = None) -> kbmod.KnowledgeBase:
     """The set's KB, (re)built when its marker file is missing or stale."""
     corpus = SETS[name][0] / "corpus.jsonl"
-    kb = kbmod.open_or_create(cache, name)
+    kb = eval_kb(name, cache, embedding)
     marker = kb.folder / "evaluate-build.json"
     want = fingerprint(corpus)
     if marker.exists() and json.loads(marker.read_text(encoding="utf-8"))["fingerprint"] == want:
@@ -165,10 +179,10 @@ def build(name: str, cache: Path) -> kbmod.KnowledgeBase:
     return kb
 
 
-def build_pdfs(name: str, cache: Path) -> kbmod.KnowledgeBase:
+def build_pdfs(name: str, cache: Path, embedding: dict | None = None) -> kbmod.KnowledgeBase:
     """The set's KB through the real pipeline (extract, OCR, chunk, embed); a later run only
     re-indexes what changed, as `ingest.py` does for users."""
-    kb = kbmod.open_or_create(cache, name)
+    kb = eval_kb(name, cache, embedding)
     print(f"{name}: indexing {PDF_SETS[name] / 'pdfs'} into {kb.folder}", file=sys.stderr)
     summary = ingest.ingest(kb, [PDF_SETS[name] / "pdfs"], progress=True)
     print(f"{name}: {summary.indexed} indexed, {summary.unchanged} unchanged", file=sys.stderr)
@@ -230,16 +244,16 @@ METHODS: dict[str, tuple[dict, Fuser | None]] = {  # name -> (search() args, fus
 
 
 class CachedEmbeddings:
-    """The KB's store, with each query embedded once for all methods (USE is the slow part)."""
+    """The KB's store, with each query embedded once for all methods (the slow part)."""
 
     def __init__(self, store: chroma_store.ChromaStore):
         self.store = store
         self.vectors: dict[str, list[float]] = {}
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        missing = [t for t in texts if t not in self.vectors]
-        self.vectors.update(zip(missing, self.store.embed(missing), strict=True))
-        return [self.vectors[t] for t in texts]
+    def embed_query(self, text: str) -> list[float]:
+        if text not in self.vectors:
+            self.vectors[text] = self.store.embed_query(text)
+        return self.vectors[text]
 
     def __getattr__(self, name: str):
         return getattr(self.store, name)
@@ -306,6 +320,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="eval set under ../shared/eval")
     parser.add_argument("--split", choices=("dev", "test", "all"), default="dev",
                         help="dev to tune on, test to report (default: %(default)s)")
+    parser.add_argument("--embedding", type=json.loads, default=None,
+                        help="the KB's embedding block as JSON, e.g. '{\"provider\": "
+                             "\"openai\", \"model\": \"e5\", \"baseUrl\": "
+                             "\"http://127.0.0.1:8000\", \"sendInputType\": true}' "
+                             "(default: the built-in embedder)")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                         help="folder for the built KBs (default: %(default)s)")
     args = parser.parse_args(argv)
@@ -315,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no eval set at {folder}: evaluate.py reads the team's ../shared/eval beside "
               "the repo; put it there first", file=sys.stderr)
         return 2
-    kb = (build_pdfs if pdf_set else build)(args.set, args.cache)
+    kb = (build_pdfs if pdf_set else build)(args.set, args.cache, args.embedding)
     key = page_key if pdf_set else source_key
     if pdf_set:
         queries = {q["financebench_id"]: q["question"]
@@ -324,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         queries = {q["_id"]: q["text"] for q in read_jsonl(folder / "queries.jsonl")}
     qrels = {q: docs for q, docs in split_qrels(args.set, args.split).items() if q in queries}
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
-    store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(None))
+    store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
     try:
         cached = CachedEmbeddings(store)
         scores = evaluate(search.Searcher(conn, cached), queries, qrels, key)

@@ -34,6 +34,7 @@ class OpenKB:
     store: object | None = None  # chroma_store.ChromaStore, opened on first vector search
     searcher: object | None = None
     data_version: int = -1  # SQLite's PRAGMA data_version when the store was last checked
+    vector_note: str | None = None  # why the vector leg cannot serve it all, from that check
     lock: threading.Lock = field(default_factory=threading.Lock)  # one search at a time
 
     def close(self) -> None:
@@ -118,19 +119,21 @@ class Library:
         An embedded Chroma client keeps its vector index in memory and never sees vectors that
         another process adds, so without this the vector leg would miss every file that
         `python ingest.py` indexed after the server started. PRAGMA data_version changes when
-        any other connection commits; reopening is cheap next to a document never found. A
-        store whose folder is gone is not opened at all: the server never creates store files.
+        any other connection commits; reopening is cheap next to a document never found. The
+        store is opened read-only (the server never creates store files) and checked against
+        SQLite's count of embedded chunks each time.
         """
         import search
 
         version = entry.conn.execute("PRAGMA data_version").fetchone()[0]
         if entry.searcher is None:
             entry.searcher = search.Searcher(entry.conn, None)
-        if entry.store is None and vector_problem(entry.kb, entry.conn) is None:
+        if version != entry.data_version:
+            if entry.store is not None:
+                entry.store.close()
             entry.store = _store_for(entry.kb)
-        elif version != entry.data_version and entry.store is not None:
-            entry.store.close()  # the next vector query reopens it and reads the index anew
-        entry.data_version = version
+            entry.vector_note = vector_problem(entry)
+            entry.data_version = version
         entry.searcher.store = entry.store
         return entry.searcher
 
@@ -147,7 +150,7 @@ class Library:
                     continue
                 with self.reading(kb_id) as entry:
                     counts = fulltext.counts(entry.conn)
-                    problem = vector_problem(kb, entry.conn)
+                    problem = entry.vector_note or missing_store_folder(entry)
             except (kbmod.ConfigError, UserError) as err:
                 status = "damaged" if isinstance(err, KBDamaged) else "error"
                 out.append({"id": kb_id, "status": status, "error": str(err)})
@@ -173,9 +176,7 @@ class Library:
             source = self._source_name(kb, source)
         with self.reading(kb) as entry, entry.lock:  # no store is closed under a query
             searcher = self._searcher(entry)
-            degraded = None
-            if mode in ("vector", "auto") and _provider(entry.kb) != "none":
-                degraded = vector_problem(entry.kb, entry.conn)
+            degraded = entry.vector_note if mode in ("vector", "auto") else None
             if mode == "vector" and entry.store is None:
                 raise UserError(degraded or f"knowledge base {kb!r} has no embedder (embedding "
                                 "provider 'none'); use search_mode 'bm25', 'exact' or 'auto'")
@@ -290,6 +291,8 @@ class Library:
                 "queue_position": position, "last_run": status.get("last_run")}
         if (folder / fulltext.FILENAME).exists():
             with self.reading(kb_id) as entry:
+                with entry.lock:
+                    self._searcher(entry)  # opens the vector store and checks its count
                 info.update(index_health(entry))
         return info
 
@@ -381,23 +384,44 @@ def _provider(kb: kbmod.KnowledgeBase) -> str:
     return (kb.embedding or {}).get("provider", "builtin")
 
 
-def vector_problem(kb: kbmod.KnowledgeBase, conn: sqlite3.Connection) -> str | None:
-    """Why the vector leg cannot serve chunks SQLite says are embedded, or None.
+def missing_store_folder(entry: OpenKB) -> str | None:
+    """The cheap check (no Chroma opened): an embedded KB with embedded chunks and no
+    `chroma/` folder, as a cleanup tool leaves it."""
+    kb = entry.kb
+    if _provider(kb) == "none" or kb.chroma_url is not None or (kb.folder / "chroma").is_dir():
+        return None
+    if not fulltext.counts(entry.conn)["embedded"]:
+        return None
+    import chroma_store
+
+    return chroma_store.missing_message(kb.id, kb.folder / "chroma", "is missing")
+
+
+def vector_problem(entry: OpenKB) -> str | None:
+    """Why the vector leg cannot serve the chunks SQLite says are embedded, or None; a store
+    that is missing altogether is dropped from `entry` (its searches use BM25).
 
     Seen in the field: a `chroma/` folder deleted by a cleanup tool. Without this check the
     server made a new empty store, vector search found nothing and the status said ready.
     """
-    if _provider(kb) == "none" or kb.chroma_url is not None:
+    import chroma_store
+
+    embedded = fulltext.counts(entry.conn)["embedded"]
+    if entry.store is None or not embedded:
         return None
-    folder = kb.folder / "chroma"
-    if folder.is_dir():
+    try:
+        held = entry.store.count()
+    except chroma_store.StoreMissing as err:
+        entry.store.close()
+        entry.store = None
+        return str(err)
+    except Exception as err:  # another model's vectors, an unreachable Chroma server
+        return f"{type(err).__name__}: {str(err)[:300]}"
+    if held >= embedded:
         return None
-    embedded = fulltext.counts(conn)["embedded"]
-    if not embedded:
-        return None
-    return (f"the vector store {folder} is missing, though {embedded:,} chunks were embedded; "
-            f"run `python ingest.py --kb {kb.id}` or start_reindex(kb_id={kb.id!r}) to embed "
-            "the stored text again (no file is read again)")
+    return chroma_store.missing_message(
+        entry.kb.id, entry.kb.chroma_url or entry.kb.folder / "chroma",
+        f"holds {held:,} vectors but {embedded:,} chunks were embedded")
 
 
 def index_health(entry: OpenKB) -> dict:
@@ -410,7 +434,7 @@ def index_health(entry: OpenKB) -> dict:
     info = {"counts": counts, "sources_by_state": fulltext.state_counts(conn),
             "problem_files": problems}
     warnings = []
-    problem = vector_problem(entry.kb, conn)
+    problem = entry.vector_note or missing_store_folder(entry)
     if problem:
         warnings.append(problem)
     made_by = fulltext.get_meta(conn, fulltext.SEGMENTER_KEY)
@@ -496,7 +520,7 @@ def _status(counts: dict) -> str:
 def _store_for(kb: kbmod.KnowledgeBase):
     import chroma_store
 
-    return chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
+    return chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url, readonly=True)
 
 
 def allowed_folders(kb: kbmod.KnowledgeBase) -> list[Path]:

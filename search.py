@@ -231,7 +231,7 @@ class Searcher:
     def _vector_leg(self, query: str, source: str | None, out: dict[str, Candidate]):
         """Fill `out` with the nearest chunks; returns the query's embedding for _complete."""
         with _vector_failures():
-            embedding = self.store.embed([query])[0]
+            embedding = self.store.embed_query(query)
             found = self.store.query(embedding, CANDIDATES,
                                      {"source": source} if source else None)
         rows = fulltext.chunks_by_id(self.conn, [cid for cid, _ in found])

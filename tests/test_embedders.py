@@ -472,8 +472,9 @@ def test_openai_kb_indexes_searches_and_refuses_a_changed_model(tmp_path, monkey
         # the user switches model: searching and indexing stop with the way out
         kb = make_kb(tmp_path, config_for(server, apiKeyPreset="OpenAI",
                                           model="text-embedding-3-large"))
-        with pytest.raises(EmbedderMismatch) as caught:
+        with pytest.raises(search.VectorLegError) as caught:  # auto then falls back to BM25
             vector_search(kb, "cargo containers crane")
+        assert isinstance(caught.value.__cause__, EmbedderMismatch)
         assert "'text-embedding-3-small' (256 dims)" in str(caught.value)
         assert 'start_reindex(kb_id=\'docs\', scope="embedding")' in str(caught.value)
 
