@@ -6,7 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from conftest import text_pdf
+import pytest
+from conftest import shared_path, text_pdf
 
 import chunking
 import extract
@@ -118,3 +119,79 @@ def test_running_headers_of_pages_with_a_body_are_still_noise():
     pages.append(["ACME annual report", "7"])  # a header-only page among bodied ones
     noise = extract.noise_lines(pages)
     assert noise[:6] == [{1, 7}] * 6 and noise[6] == {1, 2}
+
+
+# ----------------------------------------------------------------------------- 2. size limits
+
+
+def test_file_over_the_size_limit_needs_action_and_is_not_read(tmp_path, monkeypatch):
+    # Regression (issue 13): no file size limit; any file was hashed and read whole.
+    monkeypatch.setenv(ingest.MAX_FILE_ENV, "0.004")  # 4 KB, so the files stay small
+    big, small = tmp_path / "big.txt", tmp_path / "small.txt"
+    big.write_text("A line about the harbour crane.\n" * 200, encoding="utf-8")  # 6.4 KB
+    small.write_text("A short note about the tide tables.\n", encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base")
+    summary = ingest.ingest(kb, [big])
+    assert [(f["source"], f["reason"], f["state"]) for f in summary.failed] == [
+        ("big.txt", "too-large", "needs_action")]
+    assert ingest.MAX_FILE_ENV in summary.failed[0]["detail"]
+    row = source(kb, "big.txt")
+    assert (row["state"], row["sha256"], row["pages"]) == ("needs_action", "", 0)  # not hashed
+    assert ingest.ingest(kb, [small]).indexed == 1
+
+
+def test_text_over_the_character_limit_is_too_large_even_from_a_small_file(tmp_path,
+                                                                         monkeypatch):
+    # Regression (issue 13): nothing bounded what extraction may produce from a small file.
+    monkeypatch.setenv(extract.MAX_TEXT_ENV, "5000")
+    pdf = tmp_path / "dense.pdf"  # compressed streams: 6,000+ characters in a few KB
+    text_pdf([[f"Row {p}-{i}: the quarterly ledger balances again." for i in range(40)]
+              for p in range(4)]).output(str(pdf))
+    txt = tmp_path / "long.txt"
+    txt.write_text("The tide tables for March, checked again.\n" * 200, encoding="utf-8")
+    for path in (pdf, txt):
+        with pytest.raises(extract.ExtractError) as caught:
+            extract.extract(path)
+        assert caught.value.reason == "too-large" and extract.MAX_TEXT_ENV in caught.value.detail
+    summary = ingest.ingest(bm25_kb(tmp_path / "base"), [pdf])
+    assert [(f["reason"], f["state"]) for f in summary.failed] == [("too-large", "needs_action")]
+    monkeypatch.setenv(extract.MAX_TEXT_ENV, "100000")
+    assert len(extract.extract(pdf).pages) == 4
+
+
+def test_a_limit_that_is_no_number_stops_the_run_before_any_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(ingest.MAX_FILE_ENV, "lots")
+    doc = tmp_path / "a.txt"
+    doc.write_text("Alpha.", encoding="utf-8")
+    with pytest.raises(kbmod.ConfigError, match=ingest.MAX_FILE_ENV):
+        ingest.ingest(bm25_kb(tmp_path / "base"), [doc])
+
+
+# ----------------------------------------------------------------------------- 4. states
+
+
+def test_scan_without_tesseract_needs_action_naming_how_to_install(tmp_path, monkeypatch):
+    # Regression (issue 13): a scanned PDF with no Tesseract ended `ready` with 0 chunks.
+    import pytesseract
+
+    scan = shared_path("corpus", "pdf", "scanned", "chinese_scan.pdf")
+    monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", str(tmp_path / "no-tesseract"))
+    monkeypatch.setenv("LINECITE_OCR_CACHE", str(tmp_path / "ocr"))  # no cached answer either
+    kb = bm25_kb(tmp_path / "base")
+    summary = ingest.ingest(kb, [scan])
+    assert summary.indexed == 0
+    failure = summary.failed[0]
+    assert (failure["reason"], failure["state"]) == ("ocr-unavailable", "needs_action")
+    assert "install Tesseract" in failure["detail"]
+    row = source(kb, "chinese_scan.pdf")
+    assert row["state"] == "needs_action" and row["error"].startswith("ocr-unavailable")
+
+
+def test_pdf_with_blank_pages_only_is_empty_not_ready(tmp_path):
+    path = tmp_path / "blank.pdf"
+    text_pdf([[], []]).output(str(path))
+    kb = bm25_kb(tmp_path / "base")
+    summary = ingest.ingest(kb, [path])
+    assert [(f["reason"], f["state"]) for f in summary.failed] == [("empty", "failed")]
+    assert "2 page(s) but no text" in summary.failed[0]["detail"]
+    assert source(kb, "blank.pdf")["state"] == "failed"
