@@ -545,8 +545,9 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False) -> Summary:
     import chroma_store
 
     with PidLock(kb.folder / ".writer.lock", f"rebuild of KB {kb.id!r}"):
-        known = _indexed_paths(kb.fulltext_path)
-        _move_aside(kb, time.strftime("%Y%m%d-%H%M%S"))
+        known, unread = _indexed_paths(kb.fulltext_path)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        _move_aside(kb, stamp)
         if kb.chroma_url is not None and (store := chroma_store.open_store(
                 kb.folder, kb.id, kb.embedding, kb.chroma_url)) is not None:
             store.reset()
@@ -558,6 +559,12 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False) -> Summary:
 
     def work(indexer: Indexer, summary: Summary) -> None:
         summary.skipped += gone
+        if unread:
+            summary.warnings.append({"source": None, "warning": (
+                f"the damaged index could not be read ({unread}), so only the sourcePaths "
+                f"folders were rebuilt; index other files again with `python ingest.py FILE "
+                f"--kb {kb.id}` (the old index is kept as {kb.fulltext_path.name}.damaged-"
+                f"{stamp})")})
         indexer.index_all(files, summary, force=True)
         if kb.source_paths:
             plan = plan_sync(indexer.conn, kb)
@@ -580,12 +587,12 @@ def _move_aside(kb: kbmod.KnowledgeBase, stamp: str) -> None:
         chroma.rename(chroma.with_name(f"chroma.damaged-{stamp}"))
 
 
-def _indexed_paths(index: Path) -> list[tuple[str, str]]:
-    """(name, path) of each source a possibly damaged index still shows: the rows read before
-    the damage stopped the read are kept."""
+def _indexed_paths(index: Path) -> tuple[list[tuple[str, str]], str | None]:
+    """(name, path) of each source a possibly damaged index still shows (the rows read before
+    the damage stopped the read are kept), and the error that stopped it, if any."""
     found: list[tuple[str, str]] = []
     if not index.is_file():
-        return found
+        return found, None
     try:
         conn = sqlite3.connect(f"{index.resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -593,9 +600,9 @@ def _indexed_paths(index: Path) -> list[tuple[str, str]]:
                       conn.execute("SELECT name, path FROM sources") if path)
         finally:
             conn.close()
-    except sqlite3.DatabaseError:
-        pass  # too damaged to read further: the sourcePaths folders still get rebuilt
-    return found
+    except sqlite3.DatabaseError as err:  # too damaged to read on: sourcePaths still rebuild
+        return found, str(err)
+    return found, None
 
 
 def _store_error(kb_id: str, index: Path, err: sqlite3.DatabaseError) -> str:

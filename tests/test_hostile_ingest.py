@@ -3,6 +3,9 @@ PDFs, scans with no OCR engine, symlinks out of a synced folder, source names th
 and a damaged index. Real files, real SQLite, real processes."""
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import extract
 import fulltext
 import ingest
 import kb as kbmod
+import segment
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -195,3 +199,178 @@ def test_pdf_with_blank_pages_only_is_empty_not_ready(tmp_path):
     assert [(f["reason"], f["state"]) for f in summary.failed] == [("empty", "failed")]
     assert "2 page(s) but no text" in summary.failed[0]["detail"]
     assert source(kb, "blank.pdf")["state"] == "failed"
+
+
+# ----------------------------------------------------------------------------- 5. symlinks
+
+
+def symlink(link: Path, target: Path) -> None:
+    try:
+        link.symlink_to(target, target_is_directory=target.is_dir())
+    except (OSError, NotImplementedError) as err:  # Windows without developer mode
+        pytest.skip(f"this platform cannot create symlinks here: {err}")
+
+
+def test_sync_does_not_follow_links_out_of_its_folder(tmp_path):
+    # Regression (issue 13): folder sync followed a symlink inside sourcePaths to /etc/passwd
+    # and served it through read_range; ingest_file checked the path, sync did not.
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "passwd.txt").write_text("root:x:0:0:root:/root:/bin/bash", encoding="utf-8")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Alpha report on the harbour crane.", encoding="utf-8")
+    symlink(docs / "leak.txt", secret / "passwd.txt")
+    symlink(docs / "outside", secret)
+    symlink(docs / "alias.txt", docs / "a.txt")  # leads inside: allowed, as in ingest_file
+    kb = bm25_kb(tmp_path / "base", source_paths=(docs,))
+
+    conn = fulltext.connect(kb.fulltext_path)
+    try:
+        plan = ingest.plan_sync(conn, kb).to_json()
+    finally:
+        conn.close()
+    assert sorted(plan["added"]) == ["docs/a.txt", "docs/alias.txt"]
+    assert sorted((s["name"], s["reason"]) for s in plan["skipped"]) == [
+        ("docs/leak.txt", "outside-folder"), ("docs/outside/", "outside-folder")]
+
+    summary = ingest.sync(kb)
+    assert sorted(s["name"] for s in summary.skipped) == ["docs/leak.txt", "docs/outside/"]
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        assert {s["name"] for s in fulltext.list_sources(conn)} == {"docs/a.txt",
+                                                                    "docs/alias.txt"}
+        assert fulltext.exact_search(conn, "root:x:0", 10) == []
+    finally:
+        conn.close()
+
+
+def test_sync_drops_a_source_indexed_earlier_through_a_link_out(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("The vault code is 4711.", encoding="utf-8")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    symlink(docs / "leak.txt", secret)
+    kb = bm25_kb(tmp_path / "base", source_paths=(docs,))
+    ingest.ingest(kb, [docs / "leak.txt"], "docs/leak.txt")  # as an older sync would have
+    summary = ingest.sync(kb)
+    assert summary.deleted == 1 and [s["name"] for s in summary.skipped] == ["docs/leak.txt"]
+    assert ingest.plan_sync(fulltext.connect(kb.fulltext_path, readonly=True),
+                            kb).to_json()["deleted"] == []
+
+
+# ----------------------------------------------------------------------------- 6. names
+
+
+def chunk_ids(kb: kbmod.KnowledgeBase, name: str) -> set[str]:
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return {r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE source_id = "
+                                           "(SELECT id FROM sources WHERE name = ?)", (name,))}
+    finally:
+        conn.close()
+
+
+def test_a_source_name_of_another_file_is_refused_and_nothing_changes(tmp_path):
+    # Regression (issue 13): ingest_file(source_name="notes.txt") silently replaced the
+    # source of another file.
+    notes = tmp_path / "a" / "notes.txt"
+    other = tmp_path / "b" / "notes.txt"
+    for path, text in ((notes, "The user's own notes on the harbour crane."),
+                       (other, "An agent's text about something else entirely.")):
+        path.parent.mkdir()
+        path.write_text(text, encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base")
+    ingest.ingest(kb, [notes])
+    before = (source(kb, "notes.txt"), chunk_ids(kb, "notes.txt"))
+    for name in ("notes.txt", None):  # named explicitly, or by its file name
+        with pytest.raises(ingest.SourceNameTaken, match="another source name"):
+            ingest.ingest(kb, [other], name)
+    assert (source(kb, "notes.txt"), chunk_ids(kb, "notes.txt")) == before
+    assert ingest.ingest(kb, [notes], "notes.txt").unchanged == 1  # the same file: fine
+    notes.unlink()  # a name whose file is gone may be reused
+    assert ingest.ingest(kb, [other]).indexed == 1
+
+
+def run_cli(*args: str, base: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in (ingest.PAUSE_ENV, "LINECITE_HOME")}
+    return subprocess.run([sys.executable, str(REPO / "ingest.py"), *args, "--base-path",
+                           str(base), "--quiet"], capture_output=True, text=True,
+                          encoding="utf-8", env=env, timeout=600)
+
+
+def assert_one_clear_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("linecite: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and all(w in proc.stderr for w in words), proc.stderr
+
+
+def test_cli_refuses_a_taken_source_name_with_exit_2(tmp_path):
+    base = tmp_path / "base"
+    bm25_kb(base, "default")
+    (tmp_path / "notes.txt").write_text("Notes.", encoding="utf-8")
+    (tmp_path / "other.txt").write_text("Other.", encoding="utf-8")
+    assert run_cli(str(tmp_path / "notes.txt"), base=base).returncode == 0
+    assert_one_clear_line(run_cli(str(tmp_path / "other.txt"), "notes.txt", base=base),
+                          "'notes.txt' already names", "another source name")
+
+
+# ----------------------------------------------------------------------------- 7. damage
+
+
+def test_truncated_index_gives_one_clear_line_then_rebuild_restores_search(tmp_path):
+    # Regression (issue 13): a truncated fulltext.sqlite3 made ingest.py print a traceback.
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "report.txt").write_text("\n".join(
+        f"Paragraph {i}: the harbour crane was inspected and the tide tables were checked."
+        for i in range(300)), encoding="utf-8")
+    base = tmp_path / "base"
+    kb = bm25_kb(base, "docs", source_paths=(docs,))
+    kb.embedding = {"provider": "builtin"}  # vectors too, so chroma/ is moved aside as well
+    (kb.folder / "config.json").write_text(json.dumps(kb.to_json()), encoding="utf-8")
+    assert run_cli("--kb", "docs", base=base).returncode == 0
+    index = kb.fulltext_path
+    size = index.stat().st_size
+    with index.open("r+b") as handle:
+        handle.truncate(size // 8)
+
+    (tmp_path / "notes.txt").write_text("A note on the pump valve.", encoding="utf-8")
+    damaged = run_cli(str(tmp_path / "notes.txt"), "--kb", "docs", base=base)
+    assert_one_clear_line(damaged, "is damaged", "--rebuild")
+
+    rebuilt = run_cli("--kb", "docs", "--rebuild", base=base)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    summary = json.loads(rebuilt.stdout)
+    assert summary["indexed"] == 1 and summary["embedded"] == summary["chunks"] > 0
+    kept = sorted(p.name for p in kb.folder.glob("*.damaged-*"))
+    assert [n.split(".damaged-")[0] for n in kept if not n.endswith(("-wal", "-shm"))] == [
+        "chroma", "fulltext.sqlite3"]
+    aside = next(kb.folder.glob("fulltext.sqlite3.damaged-*[0-9]"))
+    assert aside.stat().st_size == size // 8  # the user's data is kept, not deleted
+    conn = fulltext.connect(index, readonly=True)
+    try:
+        hits = fulltext.bm25_search(conn, segment.tokens("harbour crane inspected"), 3)
+        assert hits and {row["source"] for row, _ in hits} == {"docs/report.txt"}
+    finally:
+        conn.close()
+
+
+def test_rebuild_reindexes_files_the_damaged_index_still_names(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Minutes: the pump valve is replaced in May.", encoding="utf-8")
+    base = tmp_path / "base"
+    kb = bm25_kb(base, "docs")
+    assert run_cli(str(notes), "Meeting notes", "--kb", "docs", base=base).returncode == 0
+    conn = fulltext.connect(kb.fulltext_path)
+    lines_root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'lines'").fetchone()
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with kb.fulltext_path.open("r+b") as handle:  # wreck the lines table, keep `sources`
+        handle.seek((lines_root[0] - 1) * page_size)
+        handle.write(b"\xff" * page_size)
+    assert_one_clear_line(run_cli(str(notes), "Meeting notes", "--kb", "docs", "--force",
+                                  base=base), "is damaged", "--rebuild")
+    rebuilt = run_cli("--kb", "docs", "--rebuild", base=base)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert source(kb, "Meeting notes")["state"] == "ready"
