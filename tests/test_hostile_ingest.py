@@ -4,8 +4,10 @@ and a damaged index. Real files, real SQLite, real processes."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -374,3 +376,34 @@ def test_rebuild_reindexes_files_the_damaged_index_still_names(tmp_path):
     rebuilt = run_cli("--kb", "docs", "--rebuild", base=base)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert source(kb, "Meeting notes")["state"] == "ready"
+
+
+def test_read_only_kb_folder_gives_one_clear_line(tmp_path):
+    # Regression (issue 13): a read-only KB folder made ingest.py print a PermissionError or
+    # "unable to open database file" traceback.
+    if os.name == "nt":
+        pytest.skip("the read-only attribute does not stop writes into a folder on Windows")
+    as_other_user = []
+    if os.geteuid() == 0:  # root writes anywhere: run the CLI as nobody instead
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv to drop to another user")
+        as_other_user = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    base = Path(tempfile.mkdtemp(prefix="linecite-ro-"))  # pytest's tmp_path is root-only
+    try:
+        base.chmod(0o755)
+        kb = bm25_kb(base / "base", "docs")
+        doc = base / "notes.txt"
+        doc.write_text("A note on the pump valve.", encoding="utf-8")
+        assert run_cli(str(doc), "--kb", "docs", base=base / "base").returncode == 0
+        for path in (base / "base", kb.folder, *kb.folder.iterdir(), doc):
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        proc = subprocess.run([*as_other_user, sys.executable, str(REPO / "ingest.py"), str(doc),
+                               "--kb", "docs", "--force", "--base-path", str(base / "base"),
+                               "--quiet"], capture_output=True, text=True, encoding="utf-8",
+                              timeout=600, env={**os.environ, "HOME": str(base)})
+        assert_one_clear_line(proc, "writable")
+    finally:
+        for path in base.rglob("*"):
+            path.chmod(0o755)
+        shutil.rmtree(base)
