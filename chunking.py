@@ -62,25 +62,30 @@ def _runs(lines: Sequence[str], noise: set[int]) -> list[list[int]]:
 
 
 def _split_long_line(text: str) -> list[str]:
-    """Cut an over-long line at whitespace near MAX_CHARS, so no piece is past it."""
-    pieces = []
-    while len(text) > MAX_CHARS:
-        cut = text.rfind(" ", TARGET_CHARS // 2, MAX_CHARS)
-        cut = cut + 1 if cut > 0 else MAX_CHARS
-        pieces.append(text[:cut])
-        text = text[cut:]
-    return pieces + [text] if text else pieces
+    """Cut an over-long line at whitespace near MAX_CHARS, so no piece is past it. Works by
+    index, so a 50 MB line costs one pass (re-slicing the remainder was quadratic)."""
+    pieces: list[str] = []
+    start = 0
+    while len(text) - start > MAX_CHARS:
+        cut = text.rfind(" ", start + TARGET_CHARS // 2, start + MAX_CHARS)
+        end = cut + 1 if cut >= 0 else start + MAX_CHARS
+        pieces.append(text[start:end])
+        start = end
+    return pieces + [text[start:]] if start < len(text) else pieces
 
 
 def _line_groups(run: list[int], lines: Sequence[str]) -> list[list[int]]:
-    """Group a run's line numbers into chunks by size, with OVERLAP_LINES repeated."""
+    """Group a run's line numbers into chunks by size, with OVERLAP_LINES repeated. The open
+    group's size is kept as a running total, so the cost is linear in the run's lines."""
     groups: list[list[int]] = []
     current: list[int] = []
+    size = 0  # characters in `current`, a newline counted per line
 
-    def close() -> list[int]:
+    def close() -> tuple[list[int], int]:
         groups.append(current)
         tail = current[-OVERLAP_LINES:] if len(current) > OVERLAP_LINES else []
-        return [n for n in tail if lines[n - 1].strip()]
+        kept = [n for n in tail if lines[n - 1].strip()]
+        return kept, sum(len(lines[n - 1]) + 1 for n in kept)
 
     for number in run:
         length = len(lines[number - 1]) + 1
@@ -88,20 +93,17 @@ def _line_groups(run: list[int], lines: Sequence[str]) -> list[list[int]]:
             if current and not _is_overlap(current, groups):
                 groups.append(current)
             groups.append([number])
-            current = []
+            current, size = [], 0
             continue
-        if current and _size(current, lines) + length > MAX_CHARS:
-            current = close()
+        if current and size + length > MAX_CHARS:
+            current, size = close()
         current.append(number)
-        if _size(current, lines) >= TARGET_CHARS:
-            current = close()
+        size += length
+        if size >= TARGET_CHARS:
+            current, size = close()
     if current and not _is_overlap(current, groups):
         groups.append(current)
     return groups
-
-
-def _size(numbers: list[int], lines: Sequence[str]) -> int:
-    return sum(len(lines[n - 1]) + 1 for n in numbers)
 
 
 def _is_overlap(current: list[int], groups: list[list[int]]) -> bool:
@@ -132,8 +134,10 @@ def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
     context, context_end = page_context(lines)
     for run in _runs(lines, noise):
         for group in _line_groups(run, lines):
-            while len(group) > 1 and not lines[group[-1] - 1].strip():
-                group = group[:-1]
+            keep = len(group)
+            while keep > 1 and not lines[group[keep - 1] - 1].strip():
+                keep -= 1
+            group = group[:keep]
             first, last = group[0], group[-1]
             if first == last and len(lines[first - 1]) > MAX_CHARS:
                 texts = _split_long_line(lines[first - 1])

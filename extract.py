@@ -18,6 +18,8 @@ out as junk or lost its text. pdfium is not thread-safe: extract in processes, n
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import time
 import unicodedata
@@ -37,8 +39,17 @@ FALLBACK_SECONDS_PER_PAGE = 10.0  # pdfminer/pypdf give up when slower than this
 NOISE_EDGE = 3  # non-empty lines at the top and at the bottom of a page that may be noise
 NOISE_SHARE = 0.3  # a running header/footer is at the edge of at least this share of pages...
 NOISE_MIN_PAGES = 3  # ...and of at least this many pages
+NOISE_MAX_CHARS = 300  # a longer line is body, never a header (and is not scanned for one)
+BODILESS_SHARE = 0.5  # when more pages than this share are all noise, their noise is content
+MAX_TEXT_ENV = "LINECITE_MAX_TEXT_CHARS"  # raises the cap below
+MAX_TEXT_CHARS = 100_000_000  # text one file may yield (lines count 1 more each): see below
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
 # -----------------------------------------------------------------------------
+
+# MAX_TEXT_CHARS: about 30,000 dense pages, far beyond any real document. It bounds what a
+# small file may inflate to (a PDF's compressed streams, a zip's XML). Measured: a 20 M
+# character English text file peaks at 145 MB RSS in `python ingest.py` (BM25-only KB), so
+# about 0.7 GB at the cap, twice that for CJK (Python keeps 2 bytes a character for it).
 
 REASONS = ("not-found", "unsupported-format", "password-protected", "corrupt", "empty", "binary",
            "too-large", "ocr-unavailable")
@@ -58,6 +69,34 @@ class ExtractError(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+# ----------------------------------------------------------------------------- limits
+
+def env_number(name: str, default: float) -> float:
+    """A positive number from the environment variable `name`, else `default`. A value that is
+    no positive number raises ValueError naming the variable (ingest.py checks its settings
+    before any file is read, so this never surfaces mid-run)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not 0 < number < math.inf:
+        raise ValueError(f"{name} must be a positive number, not {value!r}; fix or unset it")
+    return number
+
+
+def check_text_size(path: Path, chars: int) -> None:
+    """Refuse a file whose text passed MAX_TEXT_CHARS (or LINECITE_MAX_TEXT_CHARS), so a small
+    file that inflates (compressed streams, XML) cannot exhaust memory."""
+    limit = int(env_number(MAX_TEXT_ENV, MAX_TEXT_CHARS))
+    if chars > limit:
+        raise ExtractError("too-large", f"{path.name} holds more than {limit:,} characters of "
+                                        f"text, the limit per file; to index it, raise the "
+                                        f"limit with the environment variable {MAX_TEXT_ENV}.")
 
 
 # ----------------------------------------------------------------------------- lines
@@ -109,12 +148,15 @@ def _pdfium_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, set[
     """
     texts: PageTexts = {}
     lost: set[int] = set()
+    chars = 0
     with path.open("rb") as f:
         doc = pdfium.PdfDocument(f)
         try:
             for i in range(len(doc)) if wanted is None else wanted:
                 page = doc[i]
                 textpage = page.get_textpage()
+                chars += textpage.count_chars()
+                check_text_size(path, chars)  # before the text is copied out of pdfium
                 texts[i] = textpage.get_text_bounded()
                 if _pdfium_lost_text(page, textpage):
                     lost.add(i)
@@ -149,7 +191,7 @@ def _pdfminer_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, se
     from pdfminer.pdfpage import PDFPage
     from pdfminer.pdfparser import PDFParser
 
-    start, texts, manager = time.monotonic(), {}, PDFResourceManager()
+    start, texts, manager, chars = time.monotonic(), {}, PDFResourceManager(), 0
     with path.open("rb") as f:
         try:
             doc = PDFDocument(PDFParser(f), password="")
@@ -163,6 +205,8 @@ def _pdfminer_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, se
                 PDFPageInterpreter(manager, device).process_page(page)
                 device.close()
                 texts[i] = out.getvalue()
+                chars += len(texts[i])
+                check_text_size(path, chars)
     return texts, set()
 
 
@@ -170,13 +214,15 @@ def _pypdf_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, set[i
     """Text of each page with pypdf: the pure-Python backend of last resort."""
     import pypdf
 
-    start, texts = time.monotonic(), {}
+    start, texts, chars = time.monotonic(), {}, 0
     reader = pypdf.PdfReader(path)
     if reader.is_encrypted and not reader.decrypt(""):
         raise _password_error(path)
     for i in range(len(reader.pages)) if wanted is None else wanted:
         _give_up_if_slow("pypdf", start, len(texts))
         texts[i] = reader.pages[i].extract_text() or ""
+        chars += len(texts[i])
+        check_text_size(path, chars)
     return texts, set()
 
 
@@ -350,6 +396,8 @@ def extract_text(path: Path) -> Extracted:
     if not data.strip():
         raise ExtractError("empty", f"{path.name} has no text; there is nothing to index.")
     decoded = _decode(data)
+    if decoded is not None:
+        check_text_size(path, len(decoded[0]))
     if decoded is None or len(_CONTROL.findall(decoded[0])) > 0.1 * len(decoded[0]):
         detail = f"{path.name} holds binary data, not text; give it its real extension."
         raise ExtractError("binary", detail)
@@ -439,6 +487,7 @@ def extract(path: Path) -> Extracted:
     except OSError as exc:  # locked by another program (Windows), no permission, vanished
         detail = f"{path} could not be read ({exc.strerror or exc}); close what holds it."
         raise ExtractError("not-found", detail) from exc
+    check_text_size(path, sum(len(line) + 1 for page in result.pages for line in page))
     # one line convention for every format: no newline, control char or trailing blank inside
     result.pages = [_clean_lines("\n".join(page)) for page in result.pages]
     return result
@@ -496,7 +545,7 @@ def noise_lines(pages: list[list[str]]) -> list[set[int]]:
     edge_lines = []  # (page index, line index, masked text, page-number offsets, bare number)
     for p, page in enumerate(pages):
         edges = _edges(page)
-        for i in edges:
+        for i in (i for i in edges if len(page[i]) <= NOISE_MAX_CHARS):
             found, bare = _edge_numbers(page[i], i in (edges[0], edges[-1]))
             key = "#" if bare else " ".join(re.sub(r"\d+", "#", page[i].lower()).split())
             edge_lines.append((p, i, key, {n - p for n in found}, bare))
@@ -512,4 +561,16 @@ def noise_lines(pages: list[list[str]]) -> list[set[int]]:
         )
         if numbered or (key_pages[key] >= repeated and any(c.isalpha() for c in key)):
             noise[p].add(i + 1)
+    return _keep_bodiless(pages, noise)
+
+
+def _keep_bodiless(pages: list[list[str]], noise: list[set[int]]) -> list[set[int]]:
+    """Noise is told from a body; when most pages with text have none (a 5,000-page form whose
+    pages share their few lines took every line for a running header: 0 chunks), the "noise"
+    of those pages is their content, so it is kept. Pages with a body keep their noise."""
+    filled = [sum(1 for line in page if line.strip()) for page in pages]
+    bodiless = [p for p, count in enumerate(filled) if count and len(noise[p]) == count]
+    if len(bodiless) > BODILESS_SHARE * sum(1 for count in filled if count):
+        for p in bodiless:
+            noise[p] = set()
     return noise

@@ -4,6 +4,7 @@
     python ingest.py docs/ --kb manuals         # index a folder into KB `manuals`
     python ingest.py notes.txt "Meeting notes"  # choose the source name agents will cite
     python ingest.py --kb manuals               # sync KB `manuals` with its sourcePaths folders
+    python ingest.py --kb manuals --rebuild     # rebuild a damaged KB from its source files
     python ingest.py smoke-ocr scan.pdf         # check that OCR works: print a scan's text
 
 Files -> extract (extract.py) -> chunk (chunking.py) -> one SQLite transaction with the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +36,12 @@ EMBED_BATCH = 32  # chunks per embedder call and Chroma upsert
 PAUSE_ENV = "LINECITE_PAUSE_AT"  # tests: stop at a named stage so they can kill -9 there
 RETRY_STATES = ("failed", "needs_action")  # unreadable last time: try again on every run
 RETOKENIZE_BATCH = 500  # chunks per segmenter call when an index is re-tokenized
+MAX_FILE_ENV = "LINECITE_MAX_FILE_MB"  # raises the limit below
+MAX_FILE_MB = 512  # bigger files are refused before they are hashed or read: see below
 # ---------------------------------------------------------------------------
+# MAX_FILE_MB: above the largest real documents (scanned books and big PDFs run to a few
+# hundred MB); a bigger file is more likely a disk image, a video or a database dump, and
+# hashing and parsing it would hold the KB's writer lock for minutes and take gigabytes.
 
 
 @dataclass
@@ -68,15 +75,20 @@ class SyncPlan:
     modified: list[tuple[Path, str]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
+    skipped: list[dict] = field(default_factory=list)  # links leading out of the folder
 
     def to_json(self) -> dict:
         return {"added": [name for _, name in self.added],
                 "modified": [name for _, name in self.modified],
-                "deleted": self.deleted, "unchanged": self.unchanged}
+                "deleted": self.deleted, "unchanged": self.unchanged, "skipped": self.skipped}
 
 
 class EmbedderUnavailable(RuntimeError):
     """The embedder or Chroma fails even on a trivial input: stop, keep chunks pending."""
+
+
+class SourceNameTaken(ValueError):
+    """The source name already names another file's source; nothing was changed."""
 
 
 def _pause_point(stage: str) -> None:
@@ -86,20 +98,65 @@ def _pause_point(stage: str) -> None:
         time.sleep(3600)
 
 
-def discover(targets: list[Path], source_name: str | None = None) -> Iterator[tuple[Path, str]]:
+def discover(targets: list[Path], source_name: str | None = None,
+             skipped: list[dict] | None = None) -> Iterator[tuple[Path, str]]:
     """(file, source name) for each file to index: a file as named, a folder's files recursively.
 
     A folder's files are named `<folder>/<relative path>` so two folders' `README.md` differ.
+    Links that lead out of the folder are not followed; they go to `skipped`.
     """
-    import extract
-
     for target in targets:
         if target.is_dir():
-            for path in sorted(p for p in target.rglob("*") if p.is_file()):
-                if extract.supported(path):
-                    yield path, f"{target.resolve().name}/{path.relative_to(target).as_posix()}"
+            root = target.resolve()
+            for path in _files_in(root, skipped if skipped is not None else []):
+                yield path, f"{root.name}/{path.relative_to(root).as_posix()}"
         else:
             yield target, source_name or target.name
+
+
+def _files_in(root: Path, skipped: list[dict]) -> list[Path]:
+    """The supported files under `root` (resolved) whose real path lies inside it: the rule
+    ingest_file applies, so a link in a synced folder cannot serve /etc/passwd. Linked folders
+    (symlinks, junctions) are never descended into: one leading out, or a loop, could reach any
+    file, and one leading in only repeats files found where they are."""
+    import extract
+
+    found: list[Path] = []
+    for here, folders, files in os.walk(root):
+        for name in list(folders):
+            folder = Path(here, name)
+            real = _real(folder)
+            if real is None or os.path.normcase(real) != os.path.normcase(folder):
+                folders.remove(name)
+                if real is not None:
+                    _skip_if_outside(root, folder, real, skipped)
+        for name in files:
+            path = Path(here, name)
+            real = _real(path) if path.is_symlink() else path
+            if (extract.supported(path) and real is not None
+                    and not _skip_if_outside(root, path, real, skipped) and real.is_file()):
+                found.append(path)
+    return sorted(found)
+
+
+def _real(path: Path) -> Path | None:
+    """Where a path really is, links followed; None for a link loop."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop before Python 3.13
+        return None
+
+
+def _skip_if_outside(root: Path, path: Path, real: Path, skipped: list[dict]) -> bool:
+    """Report `path` in `skipped` when its real place `real` is outside `root`."""
+    if real.is_relative_to(root):
+        return False
+    relative = path.relative_to(root).as_posix() + ("/" if real.is_dir() else "")
+    skipped.append({"path": str(path), "name": f"{root.name}/{relative}",
+                    "reason": "outside-folder", "target": str(real),
+                    "detail": f"{path} leads to {real}, outside {root}; it is not indexed "
+                              "(copy the file into the folder to index it)"})
+    return True
 
 
 def _changed(row, path: Path) -> bool:
@@ -119,7 +176,7 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
                                 f"folders that do not exist: {', '.join(missing)}")
     plan = SyncPlan()
     seen: set[str] = set()
-    for path, name in discover(folders):
+    for path, name in discover(folders, skipped=plan.skipped):
         seen.add(name)
         row = fulltext.source_row(conn, name)
         if row is None:
@@ -128,11 +185,15 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
             plan.modified.append((path, name))
         else:
             plan.unchanged += 1
+    escaped = {entry["name"]: Path(entry["target"]) for entry in plan.skipped}
     for source in fulltext.list_sources(conn):
         path = Path(source["path"] or "")
         inside = any(path.is_relative_to(folder) for folder in folders)
         if inside and source["name"] not in seen and not path.exists():
             plan.deleted.append(source["name"])
+        elif any(source["name"].startswith(name) and path.is_relative_to(target)
+                 for name, target in escaped.items()):
+            plan.deleted.append(source["name"])  # indexed through a link before links were checked
     return plan
 
 
@@ -150,6 +211,7 @@ class Indexer:
                  report: Report | None = None):
         import chroma_store
 
+        self.max_file_bytes = _max_file_bytes()
         self.kb = kb
         self.progress = progress
         self.report = report
@@ -282,6 +344,11 @@ class Indexer:
         if known and (row["size"], row["mtime"]) == (stat.st_size, stat.st_mtime):
             summary.unchanged += 1
             return
+        if stat.st_size > self.max_file_bytes:  # checked before the file is hashed or read
+            self._fail(fulltext.SourceFile(name, str(path.resolve()), "", stat.st_size,
+                                           stat.st_mtime), "too-large",
+                       _too_large(path, stat.st_size, self.max_file_bytes), summary)
+            return
         src = fulltext.SourceFile(name, str(path.resolve()), sha256_file(path), stat.st_size,
                                   stat.st_mtime)
         if known and row["sha256"] == src.sha256:
@@ -297,13 +364,18 @@ class Indexer:
             self._fail(src, "parser-error", f"{type(err).__name__}: {str(err)[:300]}; the file "
                        "may be damaged: re-save it, and report it if it opens elsewhere", summary)
             return
+        lines = sum(len(page) for page in doc.pages)
+        if not lines:  # nothing any search could find: never a `ready` source
+            self._fail(src, *_no_text(path, doc), summary)
+            return
         noise = extract.noise_lines(doc.pages)
         chunks = chunking.chunk_pages(name, doc.pages, noise, segment.tokens)
-        fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, doc.warnings)
-        summary.warnings += [{"source": name, "warning": w} for w in doc.warnings]
+        warnings = doc.warnings + ([] if chunks else [_no_chunks_warning(lines)])
+        fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, warnings)
+        summary.warnings += [{"source": name, "warning": w} for w in warnings]
         summary.indexed += 1
         summary.pages += len(doc.pages)
-        summary.lines += sum(len(page) for page in doc.pages)
+        summary.lines += lines
         summary.chunks += len(chunks)
         _pause_point("after-commit")
 
@@ -334,6 +406,40 @@ class Indexer:
         fulltext.set_all_pending(self.conn)
 
 
+def _max_file_bytes() -> int:
+    """LINECITE_MAX_FILE_MB in bytes. LINECITE_MAX_TEXT_CHARS is checked too, so a typo in
+    either stops the run before any file is read, not halfway through."""
+    import extract
+
+    try:
+        extract.env_number(extract.MAX_TEXT_ENV, extract.MAX_TEXT_CHARS)
+        return int(extract.env_number(MAX_FILE_ENV, MAX_FILE_MB) * 2**20)
+    except ValueError as err:
+        raise kbmod.ConfigError(str(err)) from err
+
+
+def _too_large(path: Path, size: int, limit: int) -> str:
+    return (f"{path.name} is {size / 2**20:.3g} MB, over the limit of {limit / 2**20:.3g} MB "
+            f"per file, so it was not read; to index it, raise the limit with the environment "
+            f"variable {MAX_FILE_ENV}.")
+
+
+def _no_text(path: Path, doc) -> tuple[str, str]:
+    """(reason, detail) for a file whose pages hold no line of text: a scan with no OCR engine
+    needs action (`ocr-unavailable`, saying how to install it); anything else is `empty`."""
+    missing = [w for w in doc.warnings if w.startswith("ocr unavailable")]
+    if missing:
+        return "ocr-unavailable", f"{path.name} has no text layer and needs OCR: {missing[0]}"
+    said = f" ({'; '.join(doc.warnings)})" if doc.warnings else ""
+    return "empty", (f"{path.name} has {len(doc.pages)} page(s) but no text{said}; if it is a "
+                     f"scan, check OCR with `python ingest.py smoke-ocr {path.name}`.")
+
+
+def _no_chunks_warning(lines: int) -> str:
+    return (f"no chunks: all {lines} lines are blank or look like running headers and page "
+            "numbers, so only exact search and read_range find them")
+
+
 def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], progress: bool,
          report: Report | None) -> Summary:
     """Open the KB's writer, reconcile, do the work, and summarise."""
@@ -351,11 +457,46 @@ def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], prog
 
 def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None = None,
            force: bool = False, progress: bool = False, report: Report | None = None) -> Summary:
-    """Index files and folders into a KB and return what happened."""
+    """Index files and folders into a KB and return what happened. Raises SourceNameTaken,
+    before any work, when a name already names another file's source."""
+    skipped: list[dict] = []
+    files = list(discover(targets, source_name, skipped))
+    _refuse_taken_names(kb, files)
+
     def work(indexer: Indexer, summary: Summary) -> None:
-        indexer.index_all(list(discover(targets, source_name)), summary, force)
+        summary.skipped += skipped
+        indexer.index_all(files, summary, force)
 
     return _run(kb, work, progress, report)
+
+
+def _refuse_taken_names(kb: kbmod.KnowledgeBase, files: list[tuple[Path, str]]) -> None:
+    """A name whose source is another file that still exists would silently replace it (an
+    agent's `ingest_file(source_name="notes.txt")` overwrote the user's notes). Re-indexing the
+    same file, or reusing the name of a file that is gone, is fine."""
+    if not kb.fulltext_path.exists():
+        return
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        for path, name in files:
+            row = fulltext.source_row(conn, name)
+            if row is not None and _is_other_file(row["path"], path):
+                raise SourceNameTaken(
+                    f"source name {name!r} already names {row['path']}, a different file; give "
+                    f"{path} another source name (`python ingest.py FILE NAME`, or ingest_file's "
+                    "source_name), or move the other file away and sync first")
+    finally:
+        conn.close()
+
+
+def _is_other_file(indexed: str | None, path: Path) -> bool:
+    """Whether `indexed` (a source's recorded path) is an existing file other than `path`."""
+    if not indexed or not Path(indexed).is_file():
+        return False
+    try:
+        return not os.path.samefile(indexed, path)
+    except OSError:  # `path` is missing: it must not touch another file's source either
+        return True
 
 
 SCOPES = ("embedding", "contextualization", "full")  # each includes the ones before it
@@ -382,6 +523,7 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
             indexer.reset_embeddings()
         if scope == "full":
             plan = plan_sync(indexer.conn, kb, force)
+            summary.skipped += plan.skipped
             for name in plan.deleted:
                 fulltext.delete_source(indexer.conn, name)
                 summary.deleted += 1
@@ -390,6 +532,92 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
         summary.embedded += indexer.embed_pending()
 
     return _run(kb, work, progress, report)
+
+
+def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False) -> Summary:
+    """Rebuild both stores of a KB from its source files, for an index that is damaged.
+
+    The old fulltext.sqlite3 (with its -wal and -shm) and the embedded chroma/ folder are
+    moved aside as `<name>.damaged-<time>`, never deleted; a Chroma server's collection is
+    dropped. Every file the old index still names and that can be read is indexed again under
+    its old name, then the KB's sourcePaths are synced. Files that are gone are `skipped`.
+    """
+    import chroma_store
+
+    with PidLock(kb.folder / ".writer.lock", f"rebuild of KB {kb.id!r}"):
+        known, unread = _indexed_paths(kb.fulltext_path)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        _move_aside(kb, stamp)
+        if kb.chroma_url is not None and (store := chroma_store.open_store(
+                kb.folder, kb.id, kb.embedding, kb.chroma_url)) is not None:
+            store.reset()
+            store.close()
+    files = [(Path(path), name) for name, path in known if Path(path).is_file()]
+    gone = [{"path": path, "name": name, "reason": "not-found",
+             "detail": f"{path} is gone, so source {name!r} was not rebuilt"}
+            for name, path in known if not Path(path).is_file()]
+
+    def work(indexer: Indexer, summary: Summary) -> None:
+        summary.skipped += gone
+        if unread:
+            summary.warnings.append({"source": None, "warning": (
+                f"the damaged index could not be read ({unread}), so only the sourcePaths "
+                f"folders were rebuilt; index other files again with `python ingest.py FILE "
+                f"--kb {kb.id}` (the old index is kept as {kb.fulltext_path.name}.damaged-"
+                f"{stamp})")})
+        indexer.index_all(files, summary, force=True)
+        if kb.source_paths:
+            plan = plan_sync(indexer.conn, kb)
+            summary.skipped += plan.skipped
+            indexer.index_all(plan.added + plan.modified, summary, force=True)
+
+    return _run(kb, work, progress, None)
+
+
+def _move_aside(kb: kbmod.KnowledgeBase, stamp: str) -> None:
+    """fulltext.sqlite3 -> fulltext.sqlite3.damaged-<stamp>, its -wal and -shm likewise (the
+    suffix stays last, so SQLite still pairs them), chroma/ -> chroma.damaged-<stamp>."""
+    index = kb.fulltext_path
+    for suffix in ("", "-wal", "-shm"):
+        old = index.with_name(index.name + suffix)
+        if old.exists():
+            old.rename(old.with_name(f"{index.name}.damaged-{stamp}{suffix}"))
+    chroma = kb.folder / "chroma"
+    if chroma.exists():
+        chroma.rename(chroma.with_name(f"chroma.damaged-{stamp}"))
+
+
+def _indexed_paths(index: Path) -> tuple[list[tuple[str, str]], str | None]:
+    """(name, path) of each source a possibly damaged index still shows (the rows read before
+    the damage stopped the read are kept), and the error that stopped it, if any."""
+    found: list[tuple[str, str]] = []
+    if not index.is_file():
+        return found, None
+    try:
+        conn = sqlite3.connect(f"{index.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            found += ((name, path) for name, path in
+                      conn.execute("SELECT name, path FROM sources") if path)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as err:  # too damaged to read on: sourcePaths still rebuild
+        return found, str(err)
+    return found, None
+
+
+def _store_error(kb_id: str, index: Path, err: sqlite3.DatabaseError) -> str:
+    """What a SQLite error on the index means for the user, and what to do about it."""
+    text = str(err)
+    if "readonly" in text or "unable to open" in text:
+        return (f"cannot write the index {index} ({text}); make the KB folder writable, or "
+                "index into a writable folder with --base-path")
+    if "locked" in text:
+        return f"the index {index} is locked by another program ({text}); retry when it is done"
+    if "full" in text:
+        return f"the disk holding {index} is full ({text}); free some space and retry"
+    return (f"the index {index} is damaged ({text}); rebuild it from the source files with "
+            f"`python ingest.py --kb {kb_id} --rebuild` (the damaged file is kept aside), or "
+            "restore it from a backup")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -413,20 +641,40 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder holding all KBs (default: $LINECITE_HOME or the user "
                              "data folder)")
     parser.add_argument("--force", action="store_true", help="re-extract even unchanged files")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="rebuild a damaged KB from its source files (the damaged stores "
+                             "are moved aside, not deleted)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     if args.source_name and (args.path is None or args.path.is_dir()):
         parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
+    if args.rebuild and args.path is not None:
+        parser.error("--rebuild takes no PATH: it re-indexes the files the KB already knows")
     base = args.base_path or kbmod.default_base_path()
+    if args.rebuild and args.kb not in kbmod.list_ids(base):
+        print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to rebuild",
+              file=sys.stderr)
+        return 2
     try:
-        kb = kbmod.open_or_create(base, args.kb)
-        if args.path is None:
-            summary = sync(kb, "full", force=args.force, progress=not args.quiet)
+        if args.rebuild:
+            summary = rebuild(kbmod.load(base, args.kb), progress=not args.quiet)
+        elif args.path is None:
+            summary = sync(kbmod.open_or_create(base, args.kb), "full", force=args.force,
+                           progress=not args.quiet)
         else:
-            summary = ingest(kb, [args.path], args.source_name, force=args.force,
-                             progress=not args.quiet)
-    except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError) as err:
+            summary = ingest(kbmod.open_or_create(base, args.kb), [args.path], args.source_name,
+                             force=args.force, progress=not args.quiet)
+    except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError,
+            SourceNameTaken) as err:
         print(f"linecite: {err}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as err:
+        print(f"linecite: {_store_error(args.kb, base / args.kb / fulltext.FILENAME, err)}",
+              file=sys.stderr)
+        return 2
+    except PermissionError as err:
+        print(f"linecite: cannot write {err.filename} ({err.strerror}); make the KB folder "
+              "writable, or close the program holding the file, and retry", file=sys.stderr)
         return 2
     print(json.dumps(summary.__dict__, ensure_ascii=False, indent=2))
     return 1 if summary.failed and not summary.indexed and not summary.unchanged else 0

@@ -1,0 +1,409 @@
+"""Hostile and unlucky input to the indexer (issue 13): huge lines, size limits, template
+PDFs, scans with no OCR engine, symlinks out of a synced folder, source names that collide,
+and a damaged index. Real files, real SQLite, real processes."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import shared_path, text_pdf
+
+import chunking
+import extract
+import fulltext
+import ingest
+import kb as kbmod
+import segment
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def bm25_kb(base: Path, kb_id: str = "hostile",
+            source_paths: tuple[Path, ...] = ()) -> kbmod.KnowledgeBase:
+    """A KB with no embedder: these tests are about extraction, chunking and the record."""
+    folder = base / kb_id
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {"id": kb_id, "embedding": {"provider": "none"},
+              "sourcePaths": [str(p) for p in source_paths]}
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return kbmod.load(base, kb_id)
+
+
+def source(kb: kbmod.KnowledgeBase, name: str) -> dict:
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return next(s for s in fulltext.list_sources(conn) if s["name"] == name)
+    finally:
+        conn.close()
+
+
+def long_line(chars: int) -> str:
+    """One line of distinct letter-only words (no newline), about `chars` characters."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words, size, i = [], 0, 0
+    while size < chars:
+        word, n = "", i + 26**3
+        while n:
+            n, r = divmod(n, 26)
+            word += letters[r]
+        words.append(word)
+        size += len(word) + 1
+        i += 1
+    return " ".join(words)
+
+
+# ----------------------------------------------------------------------------- 1. linear
+
+
+def test_split_long_line_pieces_are_the_line_in_order_and_within_max():
+    text = long_line(50_000) + "x" * 5_000  # words, then a run with no space to cut at
+    pieces = chunking._split_long_line(text)
+    assert "".join(pieces) == text
+    assert all(len(p) <= chunking.MAX_CHARS for p in pieces)
+    assert all(p.endswith(" ") for p in pieces[:-6])  # cut at whitespace where there is some
+
+
+def test_50mb_single_line_text_ingests_in_bounded_time(tmp_path):
+    # Regression (issue 13): _split_long_line re-sliced the remainder per piece, so a 50 MB
+    # one-line file took 7 minutes; the bound is generous, it only catches quadratic time.
+    doc = tmp_path / "one-line.txt"
+    doc.write_text(long_line(50 * 2**20), encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base")
+    start = time.monotonic()
+    summary = ingest.ingest(kb, [doc])
+    elapsed = time.monotonic() - start
+    assert (summary.indexed, summary.lines, summary.failed) == (1, 1, [])
+    assert elapsed < 120, f"{elapsed:.0f} s for 50 MB on one line"  # 2 busy cores: ~40 s
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        longest = conn.execute("SELECT max(length(text)), count(*) FROM chunks").fetchone()
+    finally:
+        conn.close()
+    assert longest[0] <= chunking.MAX_CHARS and longest[1] == summary.chunks > 40_000
+
+
+def test_millions_of_short_lines_chunk_in_linear_time():
+    lines = [f"row {i}" for i in range(2_000_000)] + [""] * 100_000 + ["end"]
+    start = time.monotonic()
+    chunks = chunking.chunk_page("rows.txt", 1, lines, set(), str.split)
+    assert time.monotonic() - start < 60
+    assert chunks[0].line_start == 1 and chunks[-1].line_end == len(lines)
+    assert max(len(c.text) for c in chunks) <= chunking.MAX_CHARS + 20  # + the overlap line
+
+
+# ----------------------------------------------------------------------------- 3. noise
+
+
+def test_template_pdf_whose_pages_share_every_line_keeps_them_as_content(tmp_path):
+    # Regression (issue 13): noise_lines took every line of a template PDF for a running
+    # header, leaving its lines with 0 chunks in state ready.
+    template = ["ACME Corp. Inspection form", "Inspector: ________", "Site: ________",
+                "Signature: ________"]
+    path = tmp_path / "forms.pdf"
+    text_pdf([template] * 12).output(str(path))
+    doc = extract.extract(path)
+    assert all(page == template for page in doc.pages)
+    assert extract.noise_lines(doc.pages) == [set()] * 12
+    kb = bm25_kb(tmp_path / "base")
+    summary = ingest.ingest(kb, [path])
+    assert summary.chunks == 12 and summary.warnings == []
+    assert source(kb, "forms.pdf")["state"] == "ready"
+
+
+def test_running_headers_of_pages_with_a_body_are_still_noise():
+    topics = "harbour crane tide ledger invoice audit pump valve rotor cable relay gauge".split()
+    body = [[f"The {topics[(p + i) % 12]} of {topics[(p * 5 + i) % 12]} was checked {w}."
+             for i, w in enumerate(("twice", "daily", "again", "today", "early"))]
+            for p in range(6)]
+    pages = [["ACME annual report", *lines, str(p + 1)] for p, lines in enumerate(body)]
+    pages.append(["ACME annual report", "7"])  # a header-only page among bodied ones
+    noise = extract.noise_lines(pages)
+    assert noise[:6] == [{1, 7}] * 6 and noise[6] == {1, 2}
+
+
+# ----------------------------------------------------------------------------- 2. size limits
+
+
+def test_file_over_the_size_limit_needs_action_and_is_not_read(tmp_path, monkeypatch):
+    # Regression (issue 13): no file size limit; any file was hashed and read whole.
+    monkeypatch.setenv(ingest.MAX_FILE_ENV, "0.004")  # 4 KB, so the files stay small
+    big, small = tmp_path / "big.txt", tmp_path / "small.txt"
+    big.write_text("A line about the harbour crane.\n" * 200, encoding="utf-8")  # 6.4 KB
+    small.write_text("A short note about the tide tables.\n", encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base")
+    summary = ingest.ingest(kb, [big])
+    assert [(f["source"], f["reason"], f["state"]) for f in summary.failed] == [
+        ("big.txt", "too-large", "needs_action")]
+    assert ingest.MAX_FILE_ENV in summary.failed[0]["detail"]
+    row = source(kb, "big.txt")
+    assert (row["state"], row["sha256"], row["pages"]) == ("needs_action", "", 0)  # not hashed
+    assert ingest.ingest(kb, [small]).indexed == 1
+
+
+def test_text_over_the_character_limit_is_too_large_even_from_a_small_file(tmp_path,
+                                                                         monkeypatch):
+    # Regression (issue 13): nothing bounded what extraction may produce from a small file.
+    monkeypatch.setenv(extract.MAX_TEXT_ENV, "5000")
+    pdf = tmp_path / "dense.pdf"  # compressed streams: 6,000+ characters in a few KB
+    text_pdf([[f"Row {p}-{i}: the quarterly ledger balances again." for i in range(40)]
+              for p in range(4)]).output(str(pdf))
+    txt = tmp_path / "long.txt"
+    txt.write_text("The tide tables for March, checked again.\n" * 200, encoding="utf-8")
+    for path in (pdf, txt):
+        with pytest.raises(extract.ExtractError) as caught:
+            extract.extract(path)
+        assert caught.value.reason == "too-large" and extract.MAX_TEXT_ENV in caught.value.detail
+    summary = ingest.ingest(bm25_kb(tmp_path / "base"), [pdf])
+    assert [(f["reason"], f["state"]) for f in summary.failed] == [("too-large", "needs_action")]
+    monkeypatch.setenv(extract.MAX_TEXT_ENV, "100000")
+    assert len(extract.extract(pdf).pages) == 4
+
+
+def test_a_limit_that_is_no_number_stops_the_run_before_any_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(ingest.MAX_FILE_ENV, "lots")
+    doc = tmp_path / "a.txt"
+    doc.write_text("Alpha.", encoding="utf-8")
+    with pytest.raises(kbmod.ConfigError, match=ingest.MAX_FILE_ENV):
+        ingest.ingest(bm25_kb(tmp_path / "base"), [doc])
+
+
+# ----------------------------------------------------------------------------- 4. states
+
+
+def test_scan_without_tesseract_needs_action_naming_how_to_install(tmp_path, monkeypatch):
+    # Regression (issue 13): a scanned PDF with no Tesseract ended `ready` with 0 chunks.
+    import pytesseract
+
+    scan = shared_path("corpus", "pdf", "scanned", "chinese_scan.pdf")
+    monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", str(tmp_path / "no-tesseract"))
+    monkeypatch.setenv("LINECITE_OCR_CACHE", str(tmp_path / "ocr"))  # no cached answer either
+    kb = bm25_kb(tmp_path / "base")
+    summary = ingest.ingest(kb, [scan])
+    assert summary.indexed == 0
+    failure = summary.failed[0]
+    assert (failure["reason"], failure["state"]) == ("ocr-unavailable", "needs_action")
+    assert "install Tesseract" in failure["detail"]
+    row = source(kb, "chinese_scan.pdf")
+    assert row["state"] == "needs_action" and row["error"].startswith("ocr-unavailable")
+
+
+def test_pdf_with_blank_pages_only_is_empty_not_ready(tmp_path):
+    path = tmp_path / "blank.pdf"
+    text_pdf([[], []]).output(str(path))
+    kb = bm25_kb(tmp_path / "base")
+    summary = ingest.ingest(kb, [path])
+    assert [(f["reason"], f["state"]) for f in summary.failed] == [("empty", "failed")]
+    assert "2 page(s) but no text" in summary.failed[0]["detail"]
+    assert source(kb, "blank.pdf")["state"] == "failed"
+
+
+# ----------------------------------------------------------------------------- 5. symlinks
+
+
+def symlink(link: Path, target: Path) -> None:
+    try:
+        link.symlink_to(target, target_is_directory=target.is_dir())
+    except (OSError, NotImplementedError) as err:  # Windows without developer mode
+        pytest.skip(f"this platform cannot create symlinks here: {err}")
+
+
+def test_sync_does_not_follow_links_out_of_its_folder(tmp_path):
+    # Regression (issue 13): folder sync followed a symlink inside sourcePaths to /etc/passwd
+    # and served it through read_range; ingest_file checked the path, sync did not.
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "passwd.txt").write_text("root:x:0:0:root:/root:/bin/bash", encoding="utf-8")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Alpha report on the harbour crane.", encoding="utf-8")
+    symlink(docs / "leak.txt", secret / "passwd.txt")
+    symlink(docs / "outside", secret)
+    symlink(docs / "alias.txt", docs / "a.txt")  # leads inside: allowed, as in ingest_file
+    kb = bm25_kb(tmp_path / "base", source_paths=(docs,))
+
+    conn = fulltext.connect(kb.fulltext_path)
+    try:
+        plan = ingest.plan_sync(conn, kb).to_json()
+    finally:
+        conn.close()
+    assert sorted(plan["added"]) == ["docs/a.txt", "docs/alias.txt"]
+    assert sorted((s["name"], s["reason"]) for s in plan["skipped"]) == [
+        ("docs/leak.txt", "outside-folder"), ("docs/outside/", "outside-folder")]
+
+    summary = ingest.sync(kb)
+    assert sorted(s["name"] for s in summary.skipped) == ["docs/leak.txt", "docs/outside/"]
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        assert {s["name"] for s in fulltext.list_sources(conn)} == {"docs/a.txt",
+                                                                    "docs/alias.txt"}
+        assert fulltext.exact_search(conn, "root:x:0", 10) == []
+    finally:
+        conn.close()
+
+
+def test_sync_drops_a_source_indexed_earlier_through_a_link_out(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("The vault code is 4711.", encoding="utf-8")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    symlink(docs / "leak.txt", secret)
+    kb = bm25_kb(tmp_path / "base", source_paths=(docs,))
+    ingest.ingest(kb, [docs / "leak.txt"], "docs/leak.txt")  # as an older sync would have
+    summary = ingest.sync(kb)
+    assert summary.deleted == 1 and [s["name"] for s in summary.skipped] == ["docs/leak.txt"]
+    assert ingest.plan_sync(fulltext.connect(kb.fulltext_path, readonly=True),
+                            kb).to_json()["deleted"] == []
+
+
+# ----------------------------------------------------------------------------- 6. names
+
+
+def chunk_ids(kb: kbmod.KnowledgeBase, name: str) -> set[str]:
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return {r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE source_id = "
+                                           "(SELECT id FROM sources WHERE name = ?)", (name,))}
+    finally:
+        conn.close()
+
+
+def test_a_source_name_of_another_file_is_refused_and_nothing_changes(tmp_path):
+    # Regression (issue 13): ingest_file(source_name="notes.txt") silently replaced the
+    # source of another file.
+    notes = tmp_path / "a" / "notes.txt"
+    other = tmp_path / "b" / "notes.txt"
+    for path, text in ((notes, "The user's own notes on the harbour crane."),
+                       (other, "An agent's text about something else entirely.")):
+        path.parent.mkdir()
+        path.write_text(text, encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base")
+    ingest.ingest(kb, [notes])
+    before = (source(kb, "notes.txt"), chunk_ids(kb, "notes.txt"))
+    for name in ("notes.txt", None):  # named explicitly, or by its file name
+        with pytest.raises(ingest.SourceNameTaken, match="another source name"):
+            ingest.ingest(kb, [other], name)
+    assert (source(kb, "notes.txt"), chunk_ids(kb, "notes.txt")) == before
+    assert ingest.ingest(kb, [notes], "notes.txt").unchanged == 1  # the same file: fine
+    notes.unlink()  # a name whose file is gone may be reused
+    assert ingest.ingest(kb, [other]).indexed == 1
+
+
+def run_cli(*args: str, base: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in (ingest.PAUSE_ENV, "LINECITE_HOME")}
+    return subprocess.run([sys.executable, str(REPO / "ingest.py"), *args, "--base-path",
+                           str(base), "--quiet"], capture_output=True, text=True,
+                          encoding="utf-8", env=env, timeout=600)
+
+
+def assert_one_clear_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("linecite: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and all(w in proc.stderr for w in words), proc.stderr
+
+
+def test_cli_refuses_a_taken_source_name_with_exit_2(tmp_path):
+    base = tmp_path / "base"
+    bm25_kb(base, "default")
+    (tmp_path / "notes.txt").write_text("Notes.", encoding="utf-8")
+    (tmp_path / "other.txt").write_text("Other.", encoding="utf-8")
+    assert run_cli(str(tmp_path / "notes.txt"), base=base).returncode == 0
+    assert_one_clear_line(run_cli(str(tmp_path / "other.txt"), "notes.txt", base=base),
+                          "'notes.txt' already names", "another source name")
+
+
+# ----------------------------------------------------------------------------- 7. damage
+
+
+def test_truncated_index_gives_one_clear_line_then_rebuild_restores_search(tmp_path):
+    # Regression (issue 13): a truncated fulltext.sqlite3 made ingest.py print a traceback.
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "report.txt").write_text("\n".join(
+        f"Paragraph {i}: the harbour crane was inspected and the tide tables were checked."
+        for i in range(300)), encoding="utf-8")
+    base = tmp_path / "base"
+    kb = bm25_kb(base, "docs", source_paths=(docs,))
+    kb.embedding = {"provider": "builtin"}  # vectors too, so chroma/ is moved aside as well
+    (kb.folder / "config.json").write_text(json.dumps(kb.to_json()), encoding="utf-8")
+    assert run_cli("--kb", "docs", base=base).returncode == 0
+    index = kb.fulltext_path
+    size = index.stat().st_size
+    with index.open("r+b") as handle:
+        handle.truncate(size // 8)
+
+    (tmp_path / "notes.txt").write_text("A note on the pump valve.", encoding="utf-8")
+    damaged = run_cli(str(tmp_path / "notes.txt"), "--kb", "docs", base=base)
+    assert_one_clear_line(damaged, "is damaged", "--rebuild")
+
+    rebuilt = run_cli("--kb", "docs", "--rebuild", base=base)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    summary = json.loads(rebuilt.stdout)
+    assert summary["indexed"] == 1 and summary["embedded"] == summary["chunks"] > 0
+    kept = sorted(p.name for p in kb.folder.glob("*.damaged-*"))
+    assert [n.split(".damaged-")[0] for n in kept if not n.endswith(("-wal", "-shm"))] == [
+        "chroma", "fulltext.sqlite3"]
+    aside = next(kb.folder.glob("fulltext.sqlite3.damaged-*[0-9]"))
+    assert aside.stat().st_size == size // 8  # the user's data is kept, not deleted
+    conn = fulltext.connect(index, readonly=True)
+    try:
+        hits = fulltext.bm25_search(conn, segment.tokens("harbour crane inspected"), 3)
+        assert hits and {row["source"] for row, _ in hits} == {"docs/report.txt"}
+    finally:
+        conn.close()
+
+
+def test_rebuild_reindexes_files_the_damaged_index_still_names(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Minutes: the pump valve is replaced in May.", encoding="utf-8")
+    base = tmp_path / "base"
+    kb = bm25_kb(base, "docs")
+    assert run_cli(str(notes), "Meeting notes", "--kb", "docs", base=base).returncode == 0
+    conn = fulltext.connect(kb.fulltext_path)
+    lines_root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'lines'").fetchone()
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with kb.fulltext_path.open("r+b") as handle:  # wreck the lines table, keep `sources`
+        handle.seek((lines_root[0] - 1) * page_size)
+        handle.write(b"\xff" * page_size)
+    assert_one_clear_line(run_cli(str(notes), "Meeting notes", "--kb", "docs", "--force",
+                                  base=base), "is damaged", "--rebuild")
+    rebuilt = run_cli("--kb", "docs", "--rebuild", base=base)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert source(kb, "Meeting notes")["state"] == "ready"
+
+
+def test_read_only_kb_folder_gives_one_clear_line(tmp_path):
+    # Regression (issue 13): a read-only KB folder made ingest.py print a PermissionError or
+    # "unable to open database file" traceback.
+    if os.name == "nt":
+        pytest.skip("the read-only attribute does not stop writes into a folder on Windows")
+    as_other_user = []
+    if os.geteuid() == 0:  # root writes anywhere: run the CLI as nobody instead
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv to drop to another user")
+        as_other_user = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    base = Path(tempfile.mkdtemp(prefix="linecite-ro-"))  # pytest's tmp_path is root-only
+    try:
+        base.chmod(0o755)
+        kb = bm25_kb(base / "base", "docs")
+        doc = base / "notes.txt"
+        doc.write_text("A note on the pump valve.", encoding="utf-8")
+        assert run_cli(str(doc), "--kb", "docs", base=base / "base").returncode == 0
+        for path in (base / "base", kb.folder, *kb.folder.iterdir(), doc):
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        proc = subprocess.run([*as_other_user, sys.executable, str(REPO / "ingest.py"), str(doc),
+                               "--kb", "docs", "--force", "--base-path", str(base / "base"),
+                               "--quiet"], capture_output=True, text=True, encoding="utf-8",
+                              timeout=600, env={**os.environ, "HOME": str(base)})
+        assert_one_clear_line(proc, "writable")
+    finally:
+        for path in base.rglob("*"):
+            path.chmod(0o755)
+        shutil.rmtree(base)
