@@ -10,6 +10,8 @@
     powershell -ExecutionPolicy Bypass -File .\install.ps1 -ConfigureClaude
 .EXAMPLE
     powershell -ExecutionPolicy Bypass -File .\install.ps1 -Stop
+.EXAMPLE
+    powershell -ExecutionPolicy Bypass -File .\install.ps1 -SelfTest
 
 .NOTES
     Linux and macOS: install.sh does the same steps. Written for Windows PowerShell 5.1 and
@@ -30,10 +32,20 @@ param(
     # also install Tesseract OCR through winget and check its Korean and Chinese data
     [switch]$WithOcr,
     # stop the background server and exit
-    [switch]$Stop
+    [switch]$Stop,
+    # check this machine (Python, venv, server start/stop, Claude config, base folder) and exit
+    [switch]$SelfTest
 )
 
 $ErrorActionPreference = 'Stop'
+
+# Python and PowerShell exchange text as UTF-8, so a user name like Jerome with accents or in
+# Hangul survives the pipe (PowerShell decodes native output with [Console]::OutputEncoding, the
+# OEM code page by default, while Python writes the ANSI one). Paths come back as ASCII JSON.
+$env:PYTHONIOENCODING = 'utf-8'
+$env:PYTHONUTF8 = '1'
+try { [Console]::OutputEncoding = New-Object System.Text.UTF8Encoding $false } catch { }
+$OutputEncoding = New-Object System.Text.UTF8Encoding $false
 
 $Here = $PSScriptRoot
 $Venv = Join-Path $Here '.venv'
@@ -44,19 +56,39 @@ $VerifyPy = Join-Path $Here 'verify_install.py'
 $McpConfigPy = Join-Path $Here 'mcp_config.py'
 $Stamp = Join-Path $Venv '.linecite-requirements.sha256'  # hash of the requirements.txt last installed
 
-# The base folder, as server.py works it out (kb.py): LINECITE_HOME, else %LOCALAPPDATA%\linecite.
-if ($env:LINECITE_HOME) {
+# The base folder, as server.py works it out (kb.py): LINECITE_HOME, else %USERPROFILE%\.linecite.
+# Not under AppData: Claude Desktop is an MSIX package, and Windows redirects what its processes
+# (our stdio server included) create under AppData into the package's private folder.
+$UserHome = [bool]$env:LINECITE_HOME
+if ($UserHome) {
     $Base = $env:LINECITE_HOME
 } else {
-    $Base = Join-Path $env:LOCALAPPDATA 'linecite'
+    $Base = Join-Path $env:USERPROFILE '.linecite'
 }
-$LogDir = Join-Path $Base 'logs'
-$LogFile = Join-Path $LogDir 'server.log'          # the server's stderr: its log
-$OutFile = Join-Path $LogDir 'server.stdout.log'   # Start-Process needs a second file for stdout
-$PidFile = Join-Path $LogDir 'server.pid'
-$ClaudeConfig = Join-Path $env:APPDATA 'Claude\claude_desktop_config.json'
+$LegacyBase = Join-Path $env:LOCALAPPDATA 'linecite'  # earlier versions' base: moved once
+
+# The files of the background server under a base folder (set again once Python has said
+# which folder it uses, so both agree to the character).
+function Set-BasePaths([string]$Folder) {
+    $script:Base = $Folder
+    $script:LogDir = Join-Path $Folder 'logs'
+    $script:LogFile = Join-Path $script:LogDir 'server.log'         # the server's stderr: its log
+    $script:OutFile = Join-Path $script:LogDir 'server.stdout.log'  # Start-Process needs a stdout file
+    $script:PidFile = Join-Path $script:LogDir 'server.pid'
+    $script:PidFiles = @($script:PidFile, (Join-Path $LegacyBase 'logs\server.pid'))  # an older install's too
+}
+Set-BasePaths $Base
+
+# Two spellings of one folder compare equal (trailing backslash, case).
+function Test-SamePath([string]$A, [string]$B) {
+    if (-not $A -or -not $B) { return $false }
+    $fullA = [System.IO.Path]::GetFullPath($A).TrimEnd('\')
+    $fullB = [System.IO.Path]::GetFullPath($B).TrimEnd('\')
+    return $fullA -ieq $fullB
+}
 
 $script:Changed = $false  # set when a step changed something; false at the end: nothing to do
+$script:Restart = $false  # set when the server was stopped for pip: started again even with -NoLaunch
 
 function Write-Step([string]$Message) { Write-Host "==> $Message" -ForegroundColor Cyan }
 function Write-Info([string]$Message) { Write-Host "    $Message" }
@@ -80,18 +112,45 @@ function Invoke-Native([string]$Exe, [string[]]$Arguments) {
 }
 
 # -- helpers for the background server --------------------------------------------------------
-# The process in the PID file when it is alive and is this venv's python; else $null.
+# The process in a PID file when it is alive and is this venv's python; else $null.
 function Get-ServerProcess {
-    if (-not (Test-Path -LiteralPath $PidFile)) { return $null }
-    $text = Get-Content -LiteralPath $PidFile -Raw
-    $serverId = 0
-    if ($null -eq $text -or -not [int]::TryParse($text.Trim(), [ref]$serverId)) { return $null }
-    $proc = Get-Process -Id $serverId -ErrorAction SilentlyContinue
-    if ($null -eq $proc) { return $null }
-    $path = $null
-    try { $path = $proc.Path } catch { $path = $null }
-    if ($path -and ($path -ieq $VenvPy)) { return $proc }
-    return $null  # the PID was reused by another program
+    foreach ($file in $PidFiles) {
+        if (-not (Test-Path -LiteralPath $file)) { continue }
+        $text = Get-Content -LiteralPath $file -Raw
+        $serverId = 0
+        if ($null -eq $text -or -not [int]::TryParse($text.Trim(), [ref]$serverId)) { continue }
+        $proc = Get-Process -Id $serverId -ErrorAction SilentlyContinue
+        if ($null -eq $proc) { continue }
+        $path = $null
+        try { $path = $proc.Path } catch { $path = $null }
+        if ($path -and ($path -ieq $VenvPy)) { return $proc }
+    }
+    return $null  # none, or the PID was reused by another program
+}
+
+# Processes other than ours running this venv's python.exe: MCP hosts' stdio servers.
+function Get-VenvProcesses {
+    $ours = Get-ServerProcess
+    $all = @(Get-Process -Name @('python', 'pythonw') -ErrorAction SilentlyContinue)
+    return @($all | Where-Object {
+        $path = $null
+        try { $path = $_.Path } catch { $path = $null }
+        $path -and ($path -ieq $VenvPy) -and (($null -eq $ours) -or ($_.Id -ne $ours.Id))
+    })
+}
+
+# Stop a process and its children (the venv's python.exe is a launcher whose child is the
+# real interpreter).
+function Stop-ProcessTree([int]$ProcessId) {
+    try {
+        $children = @(Get-CimInstance Win32_Process -Filter "ParentProcessId = $ProcessId")
+    } catch {
+        $children = @()
+    }
+    foreach ($child in $children) {
+        Stop-Process -Id $child.ProcessId -Force -ErrorAction SilentlyContinue
+    }
+    Stop-Process -Id $ProcessId -Force -ErrorAction SilentlyContinue
 }
 
 function Get-CommandLine([int]$ProcessId) {
@@ -105,8 +164,8 @@ function Get-CommandLine([int]$ProcessId) {
 }
 
 # True when something accepts connections on the port (a wildcard bind is checked on loopback).
-function Test-PortOpen {
-    $target = $BindHost
+function Test-PortOpen([string]$Address = $BindHost, [int]$PortNumber = $Port) {
+    $target = $Address
     if ($target -eq '0.0.0.0') { $target = '127.0.0.1' }
     if ($target -eq '::') { $target = '::1' }
     if ($target.Contains(':')) {
@@ -115,7 +174,7 @@ function Test-PortOpen {
         $client = New-Object System.Net.Sockets.TcpClient
     }
     try {
-        $async = $client.BeginConnect($target, $Port, $null, $null)
+        $async = $client.BeginConnect($target, $PortNumber, $null, $null)
         if (-not $async.AsyncWaitHandle.WaitOne(500)) { return $false }
         $client.EndConnect($async)
         return $true
@@ -132,20 +191,11 @@ function Stop-Server {
         Write-Info "no linecite server is running from $PidFile"
     } else {
         Write-Step "Stopping the linecite server (PID $($proc.Id))"
-        # The venv's python.exe is a launcher with the real python as its child: stop both.
-        try {
-            $children = @(Get-CimInstance Win32_Process -Filter "ParentProcessId = $($proc.Id)")
-        } catch {
-            $children = @()
-        }
-        foreach ($child in $children) {
-            Stop-Process -Id $child.ProcessId -Force -ErrorAction SilentlyContinue
-        }
-        Stop-Process -Id $proc.Id -Force -ErrorAction SilentlyContinue
+        Stop-ProcessTree $proc.Id
         $proc.WaitForExit(10000) | Out-Null
         Write-Info 'stopped'
     }
-    Remove-Item -LiteralPath $PidFile -Force -ErrorAction SilentlyContinue
+    foreach ($file in $PidFiles) { Remove-Item -LiteralPath $file -Force -ErrorAction SilentlyContinue }
 }
 
 if ($Stop) {
@@ -154,31 +204,30 @@ if ($Stop) {
 }
 
 # -- 1. Python 3.10+ ----------------------------------------------------------------------------
-# Runs a candidate; returns @{ Version = 312; Bits = 64; Exe = sys.executable } or $null.
+# Runs a candidate; returns @{ Version = 312; Bits = 64; Exe = sys.executable } or $null. Python
+# answers in ASCII JSON (non-ASCII paths as \u escapes), so no code page can garble the path.
+# The code has no double quotes: Windows PowerShell 5.1 passes them to programs unescaped.
+$PythonProbe = 'import json, sys; print(json.dumps(dict(version=sys.version_info[0] * 100 + ' +
+    'sys.version_info[1], bits=64 if sys.maxsize > 2 ** 32 else 32, exe=sys.executable)))'
 function Get-PythonInfo([string]$Exe, [string[]]$Prefix) {
     if ($null -eq (Get-Command $Exe -ErrorAction SilentlyContinue)) { return $null }
-    $code = 'import sys; print(sys.version_info[0] * 100 + sys.version_info[1]); ' +
-        'print(64 if sys.maxsize > 2 ** 32 else 32); print(sys.executable)'
     $saved = $ErrorActionPreference
     $ErrorActionPreference = 'Continue'
     try {
-        $out = @(& $Exe @Prefix -c $code 2>$null)
+        $out = (@(& $Exe @Prefix -X utf8 -c $PythonProbe 2>$null) -join "`n")
+        # The Microsoft Store's python.exe stub prints nothing useful and fails.
+        if ($LASTEXITCODE -ne 0 -or -not $out) { return $null }
+        $data = $out | ConvertFrom-Json
     } catch {
         return $null
     } finally {
         $ErrorActionPreference = $saved
     }
-    # The Microsoft Store's python.exe stub prints nothing useful and fails.
-    if ($LASTEXITCODE -ne 0 -or $out.Count -lt 3) { return $null }
-    $version = 0
-    $bits = 0
-    if (-not [int]::TryParse([string]$out[0], [ref]$version)) { return $null }
-    if (-not [int]::TryParse([string]$out[1], [ref]$bits)) { return $null }
-    return @{ Version = $version; Bits = $bits; Exe = [string]$out[2] }
+    return @{ Version = [int]$data.version; Bits = [int]$data.bits; Exe = [string]$data.exe }
 }
 
-if (-not $SkipInstall) {
-    Write-Step 'Checking for Python 3.10 or newer (py -3, then python)'
+# The Python to build the venv with: @{ Best = info or $null; Found = every 3.10+ found }.
+function Find-Python {
     # py -3 is the newest Python the launcher knows; a tested version (3.10 to 3.13) is preferred
     # when one is installed too. 64-bit only: several packages have no 32-bit Windows wheels.
     $candidates = @(
@@ -194,15 +243,153 @@ if (-not $SkipInstall) {
         $info = Get-PythonInfo $candidate.Exe $candidate.Prefix
         if ($null -ne $info -and $info.Version -ge 310) { $found += $info }
     }
-    $Py = $null
+    $best = $null
     foreach ($info in $found) {
-        if ($info.Bits -eq 64 -and $info.Version -le 313) { $Py = $info; break }
+        if ($info.Bits -eq 64 -and $info.Version -le 313) { $best = $info; break }
     }
-    if ($null -eq $Py) {
+    if ($null -eq $best) {
         foreach ($info in $found) {
-            if ($info.Bits -eq 64) { $Py = $info; break }
+            if ($info.Bits -eq 64) { $best = $info; break }
         }
     }
+    return @{ Best = $best; Found = $found }
+}
+
+# What mcp_config.py --info reports (base folder, old base folders, Claude config files), as the
+# venv's Python computes it; $null when it cannot run.
+function Get-InstallInfo {
+    $saved = $ErrorActionPreference
+    $ErrorActionPreference = 'Continue'
+    try {
+        $out = (@(& $VenvPy -X utf8 $McpConfigPy --info 2>$null) -join "`n")
+        if ($LASTEXITCODE -ne 0 -or -not $out) { return $null }
+        return ($out | ConvertFrom-Json)
+    } catch {
+        return $null
+    } finally {
+        $ErrorActionPreference = $saved
+    }
+}
+
+# Where tesseract.exe is: PATH, the install folder the registry records (UB-Mannheim's installer
+# writes HKLM\SOFTWARE\Tesseract-OCR InstallDir, and an Uninstall entry), then the usual folders.
+function Find-Tesseract {
+    $dirs = @()
+    $onPath = Get-Command tesseract -ErrorAction SilentlyContinue
+    if ($onPath) { $dirs += (Split-Path -Parent $onPath.Source) }
+    foreach ($key in @('HKLM:\SOFTWARE\Tesseract-OCR', 'HKCU:\SOFTWARE\Tesseract-OCR',
+            'HKLM:\SOFTWARE\WOW6432Node\Tesseract-OCR')) {
+        $item = Get-ItemProperty -LiteralPath $key -ErrorAction SilentlyContinue
+        if ($item -and $item.InstallDir) { $dirs += [string]$item.InstallDir }
+    }
+    foreach ($root in @('HKLM:\SOFTWARE\Microsoft\Windows\CurrentVersion\Uninstall',
+            'HKLM:\SOFTWARE\WOW6432Node\Microsoft\Windows\CurrentVersion\Uninstall',
+            'HKCU:\SOFTWARE\Microsoft\Windows\CurrentVersion\Uninstall')) {
+        $entries = @(Get-ChildItem -LiteralPath $root -ErrorAction SilentlyContinue |
+            Get-ItemProperty -ErrorAction SilentlyContinue |
+            Where-Object { $_.DisplayName -like 'Tesseract*' })
+        foreach ($item in $entries) {
+            if ($item.InstallLocation) {
+                $dirs += [string]$item.InstallLocation
+            } elseif ($item.UninstallString) {
+                $dirs += (Split-Path -Parent ([string]$item.UninstallString).Trim('"'))
+            }
+        }
+    }
+    $roots = @($env:ProgramW6432, $env:ProgramFiles,
+        [Environment]::GetEnvironmentVariable('ProgramFiles(x86)'), (Join-Path $env:LOCALAPPDATA 'Programs'))
+    foreach ($root in $roots) {
+        if ($root) { $dirs += (Join-Path $root 'Tesseract-OCR') }
+    }
+    foreach ($dir in $dirs) {
+        $exe = Join-Path $dir 'tesseract.exe'
+        if (Test-Path -LiteralPath $exe) { return $exe }
+    }
+    return $null
+}
+
+# -- self-test: one PASS or FAIL line per check, each FAIL with its fix ---------------------------
+if ($SelfTest) {
+    $script:Failed = 0
+    function Write-Check([bool]$Ok, [string]$What, [string]$Fix) {
+        if ($Ok) {
+            Write-Host "PASS  $What" -ForegroundColor Green
+        } else {
+            Write-Host "FAIL  $What -- fix: $Fix" -ForegroundColor Red
+            $script:Failed += 1
+        }
+    }
+    $pyFound = (Find-Python).Best
+    Write-Check ($null -ne $pyFound) ("Python 3.10+ (64-bit): " + $(if ($pyFound) { $pyFound.Exe } else { 'none found' })) `
+        'winget install Python.Python.3.12, then open a new PowerShell window'
+    $venvOk = (Test-Path -LiteralPath $VenvPy) -and
+        ((Invoke-Native $VenvPy @('-c', 'import fastmcp, chromadb')) -eq 0)
+    Write-Check $venvOk "the venv $Venv has the requirements" `
+        'run install.ps1 without -SelfTest (it creates .venv and installs requirements.txt)'
+    $facts = $null
+    if ($venvOk) { $facts = Get-InstallInfo }
+    $baseOk = ($null -ne $facts) -and (Test-SamePath $facts.base $Base)
+    $appData = @($env:LOCALAPPDATA, $env:APPDATA) | Where-Object { $_ }
+    foreach ($root in $appData) {
+        if ($baseOk -and $Base.StartsWith($root, [System.StringComparison]::OrdinalIgnoreCase)) { $baseOk = $false }
+    }
+    if ($baseOk) {
+        try {
+            New-Item -ItemType Directory -Force -Path $Base | Out-Null
+            $probe = Join-Path $Base '.selftest'
+            Set-Content -LiteralPath $probe -Value 'ok' -Encoding Ascii
+            Remove-Item -LiteralPath $probe -Force
+        } catch {
+            $baseOk = $false
+        }
+    }
+    Write-Check $baseOk "the base folder every process sees (outside AppData, writable, same path in Python): $Base" `
+        'set LINECITE_HOME to a writable folder outside AppData (e.g. %USERPROFILE%\.linecite), then run install.ps1 again'
+    $sandboxed = @()
+    if ($facts) { $sandboxed = @($facts.legacy_bases) }
+    Write-Check ($sandboxed.Count -eq 0) ('no old or sandboxed base folder left: ' + ($sandboxed -join ', ')) `
+        'quit Claude Desktop from its tray icon, then run install.ps1 (it moves the old folder once)'
+    $configs = @()
+    if ($facts) { $configs = @($facts.claude_configs) }
+    $where = 'classic %APPDATA%\Claude'
+    if ($facts -and $facts.claude_msix) { $where = 'MSIX package' }
+    Write-Check ($configs.Count -gt 0) ("Claude Desktop config -ConfigureClaude would write ($where): " + ($configs -join '; ')) `
+        'install Claude Desktop, or paste the printed block into your MCP host''s config'
+    $serverOk = $false
+    if ($venvOk) {
+        $listener = New-Object System.Net.Sockets.TcpListener ([System.Net.IPAddress]::Loopback), 0
+        $listener.Start()
+        $testPort = $listener.LocalEndpoint.Port
+        $listener.Stop()
+        $testLog = Join-Path ([System.IO.Path]::GetTempPath()) 'linecite-selftest.log'
+        $testOut = Join-Path ([System.IO.Path]::GetTempPath()) 'linecite-selftest.out.log'
+        $argLine = '"' + $ServerPy + '" --transport http --host 127.0.0.1 --port ' + $testPort
+        $proc = Start-Process -FilePath $VenvPy -ArgumentList $argLine -WorkingDirectory $Here `
+            -WindowStyle Hidden -RedirectStandardOutput $testOut -RedirectStandardError $testLog -PassThru
+        $deadline = (Get-Date).AddSeconds(90)
+        while ((Get-Date) -lt $deadline -and -not $proc.HasExited) {
+            if (Test-PortOpen '127.0.0.1' $testPort) { $serverOk = $true; break }
+            Start-Sleep -Milliseconds 300
+        }
+        Stop-ProcessTree $proc.Id
+        $proc.WaitForExit(10000) | Out-Null
+        $serverOk = $serverOk -and $proc.HasExited -and -not (Test-PortOpen '127.0.0.1' $testPort)
+    }
+    Write-Check $serverOk 'the server starts over HTTP in the background and stops' `
+        'read %TEMP%\linecite-selftest.log; run install.ps1 again if it names a missing package'
+    if ($script:Failed -gt 0) {
+        Write-Host "$($script:Failed) check(s) failed."
+        exit 1
+    }
+    Write-Host 'All checks passed.'
+    exit 0
+}
+
+if (-not $SkipInstall) {
+    Write-Step 'Checking for Python 3.10 or newer (py -3, then python)'
+    $search = Find-Python
+    $found = $search.Found
+    $Py = $search.Best
     if ($null -eq $Py) {
         $why = 'no Python 3.10 or newer found.'
         if ($found.Count -gt 0) { $why = "only a 32-bit Python was found ($($found[0].Exe)); linecite needs a 64-bit one." }
@@ -241,9 +428,23 @@ if (-not $SkipInstall) {
     if ($have -eq $want) {
         Write-Info 'unchanged since the last install, skipping pip'
     } else {
+        # pip cannot replace .pyd/.dll files a running server holds (WinError 5 or 32), and an old
+        # server would keep running old code: stop ours now (it starts again below), and ask the
+        # user to quit the hosts that run this venv.
+        if ($null -ne (Get-ServerProcess)) {
+            Stop-Server
+            $script:Restart = $true
+        }
+        $hosts = @(Get-VenvProcesses)
+        if ($hosts.Count -gt 0) {
+            Write-Warning2 ("this venv's Python is running (PID $(($hosts | ForEach-Object { $_.Id }) -join ', ')), " +
+                'most likely under Claude Desktop or another MCP host: quit Claude Desktop from its tray icon ' +
+                '(right-click > Quit) and close other hosts before pip upgrades files they hold')
+        }
         $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $Requirements)
         if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
-            Stop-Install 'pip could not install requirements.txt (see above)'
+            Stop-Install ('pip could not install requirements.txt (see above). If it names a file in use ' +
+                '(WinError 5 or 32), quit Claude Desktop from its tray icon and other MCP hosts, then run this again.')
         }
         $script:Changed = $true
 
@@ -259,15 +460,31 @@ if (-not $SkipInstall) {
     Stop-Install "-SkipInstall: no $VenvPy yet; run install.ps1 without -SkipInstall first"
 }
 
+# -- 4b. the base folder: an earlier version's (under %LOCALAPPDATA%) moves once --------------------
+$Facts = Get-InstallInfo
+if ($null -eq $Facts) { Stop-Install "$VenvPy could not run mcp_config.py --info; run install.ps1 without -SkipInstall" }
+if (-not (Test-SamePath $Facts.base $Base)) {
+    Write-Warning2 "Python sees the base folder as $($Facts.base), this script as $Base; using Python's"
+}
+Set-BasePaths ([string]$Facts.base)
+if (-not $UserHome -and @($Facts.legacy_bases).Count -gt 0) {
+    Write-Step "Moving the base folder to $Base (every process sees it there)"
+    if ($null -ne (Get-ServerProcess)) {
+        Stop-Server
+        $script:Restart = $true
+    }
+    if ((Invoke-Native $VenvPy @($McpConfigPy, '--move-legacy-base')) -ne 0) {
+        Stop-Install ('the old base folder could not be moved (see above); nothing was lost. Quit Claude Desktop ' +
+            'from its tray icon, then run install.ps1 again.')
+    }
+    $script:Changed = $true
+}
+
 # -- 5. Tesseract OCR (optional) ------------------------------------------------------------------
 if ($WithOcr) {
     Write-Step 'Installing Tesseract OCR with Korean and Chinese data'
-    $programFiles = $env:ProgramW6432  # the 64-bit folder, even from a 32-bit PowerShell
-    if (-not $programFiles) { $programFiles = $env:ProgramFiles }
-    $tessDir = Join-Path $programFiles 'Tesseract-OCR'
-    $tessExe = Join-Path $tessDir 'tesseract.exe'
-    $tessData = Join-Path $tessDir 'tessdata'
-    if (Test-Path -LiteralPath $tessExe) {
+    $tessExe = Find-Tesseract
+    if ($null -ne $tessExe) {
         Write-Info "already installed: $tessExe"
     } elseif ($null -eq (Get-Command winget -ErrorAction SilentlyContinue)) {
         Write-Warning2 ('winget is not available: install "App Installer" from the Microsoft Store, ' +
@@ -281,39 +498,71 @@ if ($WithOcr) {
         } else {
             $script:Changed = $true
         }
+        $tessExe = Find-Tesseract
     }
-    if (Test-Path -LiteralPath $tessData) {
-        $missing = @()
-        foreach ($lang in @('kor', 'chi_sim')) {
-            if (-not (Test-Path -LiteralPath (Join-Path $tessData "$lang.traineddata"))) { $missing += $lang }
+    if ($null -ne $tessExe) {
+        $tessDir = Split-Path -Parent $tessExe
+        # ocr.py finds tesseract on PATH: add its folder to the user's PATH when it is not there.
+        if ($null -eq (Get-Command tesseract -ErrorAction SilentlyContinue)) {
+            $userPath = [Environment]::GetEnvironmentVariable('Path', 'User')
+            [Environment]::SetEnvironmentVariable('Path', (@($userPath, $tessDir) | Where-Object { $_ }) -join ';', 'User')
+            $env:Path = "$env:Path;$tessDir"
+            Write-Info "added $tessDir to your PATH"
+            $script:Changed = $true
         }
-        if ($missing.Count -eq 0) {
-            Write-Info "Tesseract has Korean and Chinese data: $tessData"
-        } else {
-            Write-Warning2 ("Tesseract lacks: $($missing -join ', '). Re-run its installer and tick " +
-                '"Additional language data" (Korean, Chinese - Simplified), or run in a PowerShell ' +
-                'opened as Administrator:')
-            foreach ($lang in $missing) {
-                Write-Host ("    Invoke-WebRequest -UseBasicParsing -Uri https://github.com/tesseract-ocr/tessdata_fast/raw/main/$lang.traineddata " +
-                    "-OutFile '$(Join-Path $tessData "$lang.traineddata")'")
+        # winget's silent install brings English only, and Program Files needs an administrator:
+        # the language data lives in a folder of the user's, which TESSDATA_PREFIX names (Tesseract
+        # 4 and 5 read it as the tessdata folder itself). It gets what the install brought first
+        # (eng, osd, and configs\ that the tsv output needs), so nothing is lost by pointing there.
+        $UserTessdata = $env:TESSDATA_PREFIX
+        if (-not $UserTessdata) { $UserTessdata = Join-Path $Base 'tessdata' }
+        New-Item -ItemType Directory -Force -Path $UserTessdata | Out-Null
+        $installed = Join-Path $tessDir 'tessdata'
+        foreach ($item in @(Get-ChildItem -LiteralPath $installed -ErrorAction SilentlyContinue)) {
+            $dest = Join-Path $UserTessdata $item.Name
+            if (($item.Name -like '*.traineddata' -or $item.PSIsContainer) -and -not (Test-Path -LiteralPath $dest)) {
+                Copy-Item -LiteralPath $item.FullName -Destination $dest -Recurse
+                $script:Changed = $true
             }
         }
-        Write-Info "Tesseract is not on PATH by itself; its folder: $tessDir"
+        if ([Environment]::GetEnvironmentVariable('TESSDATA_PREFIX', 'User') -ne $UserTessdata) {
+            [Environment]::SetEnvironmentVariable('TESSDATA_PREFIX', $UserTessdata, 'User')
+            $script:Changed = $true
+        }
+        $env:TESSDATA_PREFIX = $UserTessdata  # the host config written below carries it too
+        $missing = @()
+        foreach ($lang in @('kor', 'chi_sim')) {
+            if (-not (Test-Path -LiteralPath (Join-Path $UserTessdata "$lang.traineddata"))) { $missing += $lang }
+        }
+        if ($missing.Count -eq 0) {
+            Write-Info "Tesseract has Korean and Chinese data: $UserTessdata (TESSDATA_PREFIX)"
+        } else {
+            # No package on PyPI or winget carries these files: the user fetches them (no admin needed).
+            Write-Warning2 ("Tesseract lacks: $($missing -join ', '). Neither winget nor PyPI ships them; " +
+                'download them into your own tessdata folder (no administrator needed) with:')
+            foreach ($lang in $missing) {
+                Write-Host ("    Invoke-WebRequest -UseBasicParsing -Uri https://github.com/tesseract-ocr/tessdata_fast/raw/main/$lang.traineddata " +
+                    "-OutFile '$(Join-Path $UserTessdata "$lang.traineddata")'")
+            }
+            Write-Host '    then run install.ps1 -WithOcr again to check.'
+        }
     } elseif ($script:Changed) {
-        Write-Warning2 "Tesseract was installed but $tessData is not there; check its install folder"
+        Write-Warning2 'Tesseract was installed but tesseract.exe was not found; open a new PowerShell window and run this again'
     }
 }
 
 # -- 6. Claude Desktop config (optional) ----------------------------------------------------------
 if ($ConfigureClaude) {
     Write-Step "Adding linecite to Claude Desktop's config"
-    $before = $null
-    if (Test-Path -LiteralPath $ClaudeConfig) { $before = Get-Content -LiteralPath $ClaudeConfig -Raw }
-    # The merge (backup, keep other servers, valid JSON) is Python's json, shared with install.sh.
-    if ((Invoke-Native $VenvPy @($McpConfigPy, '--claude', $ClaudeConfig)) -ne 0) {
-        Stop-Install "could not update $ClaudeConfig (see above)"
+    # Every file Claude Desktop reads here: the MSIX package's (what today's installer sets up)
+    # and the classic one; the merge (backup, keep other servers, valid JSON) is mcp_config.py's.
+    $ClaudeConfigs = @($Facts.claude_configs)
+    $before = @($ClaudeConfigs | ForEach-Object { if (Test-Path -LiteralPath $_) { Get-Content -LiteralPath $_ -Raw } else { '' } })
+    if ((Invoke-Native $VenvPy @($McpConfigPy, '--claude-auto')) -ne 0) {
+        Stop-Install "could not update Claude Desktop's config ($($ClaudeConfigs -join '; ')) (see above)"
     }
-    if ($before -ne (Get-Content -LiteralPath $ClaudeConfig -Raw)) { $script:Changed = $true }
+    $after = @($ClaudeConfigs | ForEach-Object { if (Test-Path -LiteralPath $_) { Get-Content -LiteralPath $_ -Raw } else { '' } })
+    if (($before -join "`n") -ne ($after -join "`n")) { $script:Changed = $true }
 }
 
 # -- 7. the HTTP server in the background ---------------------------------------------------------
@@ -322,7 +571,7 @@ if ($BindHost.Contains(':')) {
 } else {
     $Url = "http://$($BindHost):$Port/mcp"
 }
-if (-not $NoLaunch) {
+if ((-not $NoLaunch) -or $script:Restart) {
     Write-Step "Starting the linecite server on $Url"
     New-Item -ItemType Directory -Force -Path $LogDir | Out-Null
     $running = Get-ServerProcess
@@ -377,7 +626,8 @@ if (-not $NoLaunch) {
 Write-Host ''
 if (-not $NoLaunch) { Write-Host "linecite MCP endpoint (streamable HTTP): $Url" }
 if ($ConfigureClaude) {
-    Write-Host "Claude Desktop config: $ClaudeConfig"
+    Write-Host "Claude Desktop config: $(@($Facts.claude_configs) -join '; ')"
+    Write-Host 'Quit Claude Desktop from its tray icon (right-click > Quit), then start it again to load linecite.'
 } else {
     Write-Host "MCP host config (stdio), for claude_desktop_config.json or Cursor's mcp.json"
     Write-Host '(or run again with -ConfigureClaude to write it into Claude Desktop''s config):'

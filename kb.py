@@ -11,7 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
+import time
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -19,23 +23,75 @@ from urllib.parse import urlsplit
 import embedders
 import fulltext
 
+# ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
 HOME_ENV = "LINECITE_HOME"  # the base folder, when --base-path is not given
 KB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+WINDOWS_RESERVED = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(\..*)?$", re.IGNORECASE)
+WINDOWS_BASE_NAME = ".linecite"  # under %USERPROFILE%, outside AppData (MSIX redirects AppData)
+PRUNING_PREFIX = ".pruning-"  # a KB folder renamed aside before it is deleted
+PRUNE_TRIES = 5  # rmtree attempts (with backoff) on a folder Windows still holds
+# ---------------------------------------------------------------------------
 
 
-def default_base_path() -> Path:
-    """`%LOCALAPPDATA%\\linecite` on Windows, XDG data home on Linux, Application Support on
-    macOS."""
-    if os.environ.get(HOME_ENV):
-        return Path(os.environ[HOME_ENV]).expanduser()
-    if sys.platform == "win32":
-        root = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
-        return Path(root) / "linecite"
-    if sys.platform == "darwin":
+def default_base_path(env: Mapping[str, str] | None = None,
+                      platform: str | None = None) -> Path:
+    """`%USERPROFILE%\\.linecite` on Windows, XDG data home on Linux, Application Support on
+    macOS.
+
+    Not under AppData on Windows: Claude Desktop is an MSIX package, and Windows redirects new
+    files that its processes (our stdio server and the orchestrator it starts included) write
+    under %APPDATA% or %LOCALAPPDATA% into the package's private LocalCache. The CLI, the HTTP
+    server and other hosts would then see another base folder, and the PID locks would stop
+    excluding each other. The user profile outside AppData is the same folder for every process.
+    """
+    env = os.environ if env is None else env
+    platform = platform or sys.platform
+    if env.get(HOME_ENV):
+        return Path(env[HOME_ENV]).expanduser()
+    if platform == "win32":
+        return Path(env.get("USERPROFILE") or Path.home()) / WINDOWS_BASE_NAME
+    if platform == "darwin":
         return Path.home() / "Library" / "Application Support" / "linecite"
-    xdg = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    xdg = env.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(xdg) / "linecite"
+
+
+def legacy_base_paths(env: Mapping[str, str] | None = None,
+                      platform: str | None = None) -> list[Path]:
+    """Where earlier versions kept the base on Windows: `%LOCALAPPDATA%\\linecite`, and the
+    private copies MSIX virtualization made of it inside Claude Desktop's package folder."""
+    env = os.environ if env is None else env
+    if (platform or sys.platform) != "win32" or env.get("LINECITE_HOME") or \
+            not env.get("LOCALAPPDATA"):
+        return []
+    local = Path(env["LOCALAPPDATA"])
+    sandboxed = sorted((local / "Packages").glob("Claude_*/LocalCache/Local/linecite"))
+    return [p for p in [local / "linecite", *sandboxed] if p.is_dir()]
+
+
+def move_legacy_base(env: Mapping[str, str] | None = None,
+                     platform: str | None = None) -> str | None:
+    """Move an old base folder to the new default once; a message for the user, or None when
+    there was nothing to do. Raises OSError (with what to do) when the move is refused."""
+    old = legacy_base_paths(env, platform)
+    if not old:
+        return None
+    new = default_base_path(env, platform)
+    if new.exists():
+        return (f"linecite: the old base folder {old[0]} is still there beside the new one {new}; "
+                "move the knowledge base folders you need from it by hand, then delete it")
+    new.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.move(str(old[0]), str(new))
+    except OSError as err:
+        raise OSError(f"could not move {old[0]} to {new} ({err}): quit Claude Desktop from its "
+                      "tray icon and stop other linecite processes, then run again") from err
+    message = f"linecite: moved the base folder {old[0]} to {new} (seen by every process)"
+    for other in old[1:]:
+        message += (f"; Claude Desktop's sandbox also holds a private copy at {other}: move "
+                    f"the knowledge base folders you need from it into {new}")
+    return message
 
 
 @dataclass
@@ -65,10 +121,23 @@ class ConfigError(ValueError):
     """config.json is missing a field or has a wrong one; the message names it."""
 
 
-def check_kb_id(kb_id: str) -> str:
+def check_kb_id(kb_id: str, base: Path | None = None) -> str:
+    """A KB id that is a safe folder name on every OS; with `base`, also not a case variant of
+    an existing KB (Windows and macOS would open that KB's folder under another id)."""
+    if kb_id.endswith((".", " ")):
+        raise ConfigError(f"kb id {kb_id!r} ends with a dot or a space, which Windows drops from "
+                          "folder names: remove it")
     if not KB_ID_PATTERN.match(kb_id):
         raise ConfigError(f"kb id {kb_id!r} is not valid: use 1-64 letters, digits, '.', '_' or "
                           "'-', starting with a letter or digit")
+    if WINDOWS_RESERVED.match(kb_id):
+        raise ConfigError(f"kb id {kb_id!r} is a device name Windows reserves (CON, PRN, AUX, NUL, "
+                          "COM1-9, LPT1-9, with any extension): choose another id")
+    twin = next((i for i in list_ids(base) if i.casefold() == kb_id.casefold() and i != kb_id),
+                None) if base is not None else None
+    if twin is not None:
+        raise ConfigError(f"kb id {kb_id!r} differs only by case from the existing knowledge base "
+                          f"{twin!r}, which Windows treats as the same folder: use {twin!r}")
     return kb_id
 
 
@@ -179,6 +248,7 @@ def check_chroma_url(url: str, where: str) -> None:
 
 def open_or_create(base: Path, kb_id: str) -> KnowledgeBase:
     """The KB, creating its folder and a default config.json the first time it is named."""
+    check_kb_id(kb_id, base)
     try:
         return load(base, kb_id)
     except FileNotFoundError:
@@ -197,21 +267,59 @@ def list_ids(base: Path) -> list[str]:
     return sorted(p.name for p in base.iterdir() if (p / "config.json").is_file())
 
 
-def prune_orphans(base: Path) -> list[str]:
-    """Remove KB folders that lost their config.json; returns the names removed.
+def prune_orphans(base: Path) -> dict:
+    """Remove KB folders that lost their config.json: `{"removed": [names], "failed": {name:
+    reason}}`. Each folder is first renamed aside (Windows refuses while a process holds a file
+    in it, and then nothing of it is deleted), then deleted with retries; one failure never
+    stops the others. Folders a failed run left renamed aside are deleted again.
 
     Only folders that hold a KB's data (fulltext.sqlite3 or chroma/) count; names starting with
     '.' or '_' or containing '-backup-' are never touched, whatever they hold.
     """
-    import shutil
-
+    result: dict = {"removed": [], "failed": {}}
     if not base.is_dir():
-        return []
-    removed = []
+        return result
+    for folder in sorted(base.glob(PRUNING_PREFIX + "*")):
+        name = folder.name[len(PRUNING_PREFIX):].rsplit("-", 1)[0]
+        error = _delete_tree(folder)
+        if error:
+            result["failed"][name] = error
+        else:
+            result["removed"].append(name)
     for folder in sorted(p for p in base.iterdir() if p.is_dir()):
         protected = folder.name.startswith((".", "_")) or "-backup-" in folder.name
         has_data = (folder / fulltext.FILENAME).exists() or (folder / "chroma").is_dir()
-        if not protected and has_data and not (folder / "config.json").exists():
+        if protected or not has_data or (folder / "config.json").exists():
+            continue
+        aside = base / f"{PRUNING_PREFIX}{folder.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            folder.rename(aside)
+        except OSError as err:
+            result["failed"][folder.name] = (f"in use ({err.strerror or err}): stop the linecite "
+                                             "server or indexer that holds it, then run again")
+            continue
+        error = _delete_tree(aside)
+        if error:
+            result["failed"][folder.name] = error
+        else:
+            result["removed"].append(folder.name)
+    return result
+
+
+def _delete_tree(folder: Path) -> str | None:
+    """rmtree with backoff (Defender or an indexer may hold a file for a moment); None when
+    done, else what to do."""
+    delay = 0.05
+    for attempt in range(PRUNE_TRIES):
+        try:
             shutil.rmtree(folder)
-            removed.append(folder.name)
-    return removed
+            return None
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            if attempt == PRUNE_TRIES - 1:
+                return (f"could not delete {folder} ({err.strerror or err}); it is out of the "
+                        "way: delete it by hand, or run prune-orphans again later")
+            time.sleep(delay)
+            delay *= 2
+    return None

@@ -2,13 +2,23 @@
 
     .venv/bin/python mcp_config.py                                   # print the block
     .venv/bin/python mcp_config.py --claude PATH/claude_desktop_config.json
+    .venv/bin/python mcp_config.py --claude-auto      # every config Claude Desktop reads here
+    .venv/bin/python mcp_config.py --info             # JSON for the installers (ASCII only)
+    .venv/bin/python mcp_config.py --move-legacy-base # Windows: the old base folder, moved once
 
 The entry runs this Python (the venv's, when run with it) on this folder's server.py, and
-passes LINECITE_HOME on when it is set. `--claude` backs the file up first (a timestamped copy
-beside it), keeps every other server and setting, updates only `mcpServers.linecite` (keeping
-keys the user added there, such as `env`), creates the file when it is absent, writes through
-a temporary file, and changes nothing when the entry is already right. A file that is not valid
-JSON is left alone, with an error. install.sh and install.ps1 both run it.
+always passes LINECITE_HOME (and TESSDATA_PREFIX when set), so the host's server uses the same
+base folder as the CLI whatever the host's environment. `--claude` backs the file up first (a
+timestamped copy beside it), keeps every other server and setting, updates only
+`mcpServers.linecite` (keeping keys the user added there, such as `env`), creates the file when
+it is absent, writes through a temporary file, and changes nothing when the entry is already
+right. A file that is not valid JSON is left alone, with an error.
+
+Claude Desktop for Windows is now an MSIX package that reads
+`%LOCALAPPDATA%\\Packages\\Claude_<id>\\LocalCache\\Roaming\\Claude\\claude_desktop_config.json`
+and ignores `%APPDATA%\\Claude\\...` (anthropics/claude-code#26073); the older installer reads the
+latter. `--claude-auto` writes each package's file, plus the classic one when it exists or
+when no package is installed. install.sh and install.ps1 both run this file.
 """
 
 from __future__ import annotations
@@ -18,18 +28,57 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+import kb as kbmod
+
+# ---------------------------------------------------------------------------
 HERE = Path(__file__).resolve().parent
 NAME = "linecite"
+CONFIG_NAME = "claude_desktop_config.json"
+MSIX_GLOB = "Claude_*"  # Claude Desktop's package folder under %LOCALAPPDATA%\Packages
+PASSED_ENV = ("TESSDATA_PREFIX",)  # passed on to the host's server when set here
+# ---------------------------------------------------------------------------
 
 
 def entry() -> dict:
     """This install's server entry: the running Python on server.py beside this file."""
-    data: dict = {"command": sys.executable, "args": [str(HERE / "server.py")]}
-    if os.environ.get("LINECITE_HOME"):
-        data["env"] = {"LINECITE_HOME": os.environ["LINECITE_HOME"]}
-    return data
+    env = {"LINECITE_HOME": str(kbmod.default_base_path())}
+    env.update({name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)})
+    return {"command": sys.executable, "args": [str(HERE / "server.py")], "env": env}
+
+
+def claude_config_paths(env: Mapping[str, str] | None = None,
+                        platform: str | None = None) -> list[Path]:
+    """The claude_desktop_config.json files Claude Desktop reads on this machine.
+
+    Windows: one per MSIX package folder (`Packages\\Claude_*`), plus `%APPDATA%\\Claude`'s when
+    that folder exists (an older, unpackaged install) or when no package is there at all.
+    """
+    env = os.environ if env is None else env
+    platform = platform or sys.platform
+    if platform == "win32":
+        packages = Path(env["LOCALAPPDATA"]) / "Packages" if env.get("LOCALAPPDATA") else None
+        msix = sorted(p / "LocalCache" / "Roaming" / "Claude" / CONFIG_NAME
+                      for p in (packages.glob(MSIX_GLOB) if packages else []) if p.is_dir())
+        roaming = env.get("APPDATA") or str(Path.home() / "AppData" / "Roaming")
+        classic = Path(roaming) / "Claude" / CONFIG_NAME
+        return msix + [classic] if classic.parent.is_dir() or not msix else msix
+    if platform == "darwin":
+        return [Path.home() / "Library" / "Application Support" / "Claude" / CONFIG_NAME]
+    config_home = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return [Path(config_home) / "Claude" / CONFIG_NAME]
+
+
+def quit_hint(platform: str | None = None) -> str:
+    """Closing Claude Desktop's window leaves it running with the old config."""
+    if (platform or sys.platform) == "win32":
+        return ("Quit Claude Desktop from its tray icon (right-click > Quit; closing the window "
+                "is not enough), then start it again to load it.")
+    if (platform or sys.platform) == "darwin":
+        return "Quit Claude Desktop (Cmd+Q), then start it again to load it."
+    return "Quit Claude Desktop, then start it again to load it."
 
 
 def merged(config: dict, new: dict) -> dict:
@@ -82,17 +131,51 @@ def write_claude(path: Path) -> int:
     os.replace(tmp, path)
     others = sorted(set(new_config["mcpServers"]) - {NAME})
     print(f"Wrote linecite into {path}" + (f" (kept: {', '.join(others)})" if others else ""))
-    print("Restart Claude Desktop to load it.")
     return 0
+
+
+def write_all_claude(paths: list[Path]) -> int:
+    """Merge the entry into each config file; the worst exit code."""
+    codes = [write_claude(path) for path in paths]
+    print(quit_hint())
+    return max(codes, default=0)
+
+
+def info() -> dict:
+    """What the installers need to know, computed the way the server computes it."""
+    return {"python": sys.executable, "base": str(kbmod.default_base_path()),
+            "legacy_bases": [str(p) for p in kbmod.legacy_base_paths()],
+            "claude_configs": [str(p) for p in claude_config_paths()],
+            "claude_msix": any("Packages" in p.parts for p in claude_config_paths())}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claude", type=Path, metavar="PATH",
                         help="merge the entry into this claude_desktop_config.json")
+    parser.add_argument("--claude-auto", action="store_true",
+                        help="merge it into every config Claude Desktop reads on this machine")
+    parser.add_argument("--info", action="store_true", help="print the installers' facts as JSON")
+    parser.add_argument("--move-legacy-base", action="store_true",
+                        help="move the base folder an earlier version used (Windows)")
     args = parser.parse_args(argv)
     if args.claude:
-        return write_claude(args.claude)
+        code = write_claude(args.claude)
+        print(quit_hint())
+        return code
+    if args.claude_auto:
+        return write_all_claude(claude_config_paths())
+    if args.info:
+        print(json.dumps(info()))  # ASCII (\\u escapes): survives any console code page
+        return 0
+    if args.move_legacy_base:
+        try:
+            message = kbmod.move_legacy_base()
+        except OSError as err:
+            print(f"linecite: {err}", file=sys.stderr)
+            return 2
+        print(message or "linecite: no old base folder to move")
+        return 0
     block = {"mcpServers": {NAME: entry()}}
     text = json.dumps(block, indent=2, ensure_ascii=False)
     try:

@@ -9,6 +9,7 @@ Files at the base folder (`--base-path`, else LINECITE_HOME, else the user data 
   rewritten atomically (temp file + os.replace) under `queue.lock`, so two writers never tear it.
 - `orchestrator.lock`: the running orchestrator's PID lock (stale locks are taken over).
 - `logs/queue_runner.log`: what a detached orchestrator printed.
+`prune-orphans` prints `{"removed": [...], "failed": {kb: reason}}` and exits 1 on a failure.
 Per KB: `index-status.json` (status, progress, last run) and `.cancel`, which stops the
 running job at the next file boundary.
 
@@ -39,6 +40,11 @@ STATUS_FILE = "index-status.json"
 CANCEL_FILE = ".cancel"
 QUEUE_LOCK_WAIT = 10.0  # seconds to wait for another writer of the queue file
 PROGRESS_EVERY = 0.5  # seconds between progress writes to index-status.json
+REPLACE_TRIES = 10  # os.replace / read attempts while Windows reports the file in use
+REPLACE_BACKOFF = 0.01  # seconds before the 2nd attempt, doubled each time (~4.5 s in all)
+CREATE_NEW_PROCESS_GROUP = 0x00000200  # Windows creation flags (the subprocess constants
+CREATE_BREAKAWAY_FROM_JOB = 0x01000000  # exist only on Windows; values from the Win32 docs)
+CREATE_NO_WINDOW = 0x08000000
 # ---------------------------------------------------------------------------
 
 
@@ -46,17 +52,43 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def retry_in_use(action, what: str):
+    """Run `action()`, again with backoff while Windows says the file is in use.
+
+    Windows refuses to replace, rename or delete a file another process has open (Python opens
+    files without FILE_SHARE_DELETE; Defender and indexers open them too); the holder lets go
+    within milliseconds, so waiting is the fix. Elsewhere a PermissionError means real
+    permissions: the same tries cost seconds before the clear error, once.
+    """
+    delay = REPLACE_BACKOFF
+    for attempt in range(REPLACE_TRIES):
+        try:
+            return action()
+        except PermissionError as err:
+            if attempt == REPLACE_TRIES - 1:
+                raise PermissionError(f"{what}: the file stayed in use by another process "
+                                      f"({err}); close what holds it and try again") from err
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    return None
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     """Readers see the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     temp.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
-    os.replace(temp, path)
+    try:
+        retry_in_use(lambda: os.replace(temp, path), f"could not update {path}")
+    except OSError:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def read_json(path: Path, default: dict) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = retry_in_use(lambda: path.read_text(encoding="utf-8"), f"could not read {path}")
+        data = json.loads(text)
     except (FileNotFoundError, json.JSONDecodeError):
         return default
     return data if isinstance(data, dict) else default
@@ -175,6 +207,34 @@ def request_cancel(base: Path, kb_id: str) -> dict:
     return {"kb_id": kb_id, "dropped_waiting_entry": dropped, "stopping_running_job": running}
 
 
+def detach_options(platform: str, breakaway: bool = True) -> dict:
+    """Popen options that let the orchestrator outlive its caller, with no window.
+
+    Windows: CREATE_NO_WINDOW gives it a console without a window, which the real interpreter
+    that the venv's python.exe redirector starts inherits (DETACHED_PROCESS would give it no
+    console at all, so that child opened a visible one, and closing it killed the reindex;
+    Windows also ignores CREATE_NO_WINDOW beside DETACHED_PROCESS). CREATE_NEW_PROCESS_GROUP
+    keeps the host's Ctrl+C away from it, and CREATE_BREAKAWAY_FROM_JOB takes it out of a host
+    job that kills its members when the host closes.
+    """
+    if platform != "win32":
+        return {"start_new_session": True}
+    flags = CREATE_NO_WINDOW | CREATE_NEW_PROCESS_GROUP
+    return {"creationflags": flags | CREATE_BREAKAWAY_FROM_JOB if breakaway else flags}
+
+
+def spawn_detached(command: list[str], platform: str = sys.platform, popen=subprocess.Popen,
+                   **kwargs) -> subprocess.Popen:
+    """Start `command` detached; a job that forbids breakaway refuses CreateProcess with
+    ERROR_ACCESS_DENIED, and then it starts inside the job (it still has no window)."""
+    try:
+        return popen(command, **kwargs, **detach_options(platform))
+    except OSError:
+        if platform != "win32":
+            raise
+        return popen(command, **kwargs, **detach_options(platform, breakaway=False))
+
+
 def start_orchestrator(base: Path) -> dict:
     """Spawn a detached orchestrator unless one is alive; it outlives the caller."""
     holder = orchestrator(base)
@@ -182,17 +242,10 @@ def start_orchestrator(base: Path) -> dict:
         return {"started": False, "pid": holder.get("pid")}
     log = base / "logs" / "queue_runner.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    flags = {}
-    if sys.platform == "win32":
-        flags["creationflags"] = (subprocess.DETACHED_PROCESS
-                                  | subprocess.CREATE_NEW_PROCESS_GROUP
-                                  | subprocess.CREATE_NO_WINDOW)
-    else:
-        flags["start_new_session"] = True
     with log.open("a", encoding="utf-8") as out:
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--base-path",
-                                 str(base)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                cwd=Path(__file__).resolve().parent, **flags)
+        proc = spawn_detached([sys.executable, str(Path(__file__).resolve()), "--base-path",
+                               str(base)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                              cwd=Path(__file__).resolve().parent)
     return {"started": True, "pid": proc.pid}
 
 
@@ -262,9 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     base = args.base_path or kbmod.default_base_path()
     if args.command == "prune-orphans":
-        removed = kbmod.prune_orphans(base)
-        print(json.dumps({"removed": removed}, ensure_ascii=False))
-        return 0
+        result = kbmod.prune_orphans(base)
+        for name, reason in result["failed"].items():
+            print(f"linecite: could not prune {name!r}: {reason}", file=sys.stderr)
+        print(json.dumps(result, ensure_ascii=False))
+        return 1 if result["failed"] else 0
     return drain(base, args.sweep_all)
 
 

@@ -465,7 +465,7 @@ def test_install_ps1_parameters():
     params = ps1_params()
     assert params["Port"] == ("int", "8000")
     assert params["BindHost"] == ("string", "'127.0.0.1'")
-    for switch in ("NoLaunch", "SkipInstall", "ConfigureClaude", "WithOcr", "Stop"):
+    for switch in ("NoLaunch", "SkipInstall", "ConfigureClaude", "WithOcr", "Stop", "SelfTest"):
         assert params[switch] == ("switch", None), switch
 
 
@@ -508,7 +508,7 @@ def test_install_ps1_has_each_install_sh_step():
     # both merge (and so back up) Claude's config through mcp_config.py --claude, print the
     # stdio block through mcp_config.py, and verify through verify_install.py
     assert re.search(r'mcp_config\.py" --claude "\$CLAUDE_CONFIG"', sh)
-    assert re.search(r"\$McpConfigPy, '--claude', \$ClaudeConfig", ps1)
+    assert "Invoke-Native $VenvPy @($McpConfigPy, '--claude-auto')" in ps1  # MSIX + classic
     assert re.search(r'"\$VENV_PY" "\$HERE/verify_install\.py"', sh)
     assert re.search(r"Invoke-Native \$VenvPy @\(\$VerifyPy\)", ps1)
     # Windows specifics the issue names
@@ -532,3 +532,125 @@ def test_mcp_config_prints_json_escaped_paths(tmp_path):
     assert entry["env"]["LINECITE_HOME"] == env["LINECITE_HOME"]
     assert entry["command"] == sys.executable and entry["args"] == [str(REPO / "server.py")]
     assert "\\\\Users\\\\" in out  # backslashes escaped as JSON wants
+
+
+# ---------------------------------------------------------------------------
+# install.ps1's Windows parts (issue 18), as far as they run off Windows
+
+def ps1_string(name: str) -> str:
+    """The value of `$name = '...' + '...'` in install.ps1 (single-quoted literals joined)."""
+    match = re.search(rf"^\${name} = ((?:'[^']*'\s*\+?\s*)+)$", code_only_ps1(), re.M)
+    assert match, f"install.ps1 has no ${name} = '...'"
+    return "".join(re.findall(r"'([^']*)'", match.group(1)))
+
+
+def test_install_ps1_python_probe_answers_ascii_json(tmp_path):
+    """Regression (issue 18): Python's answer crossed the pipe in the console code page, which
+    garbled C:\\Users\\Jérôme; the probe now answers ASCII JSON that ConvertFrom-Json reads."""
+    code = ps1_string("PythonProbe")
+    assert '"' not in code  # Windows PowerShell 5.1 passes embedded double quotes unescaped
+    jerome = tmp_path / "Jérôme 김"  # the interpreter's own path, as a user name would put it
+    jerome.mkdir()
+    (jerome / "python").symlink_to(sys.executable)
+    out = subprocess.run([str(jerome / "python"), "-X", "utf8", "-c", code], capture_output=True,
+                         check=True, env={**os.environ, "PYTHONIOENCODING": "cp437"}).stdout
+    assert out.isascii()
+    data = json.loads(out)
+    assert data["version"] == sys.version_info[0] * 100 + sys.version_info[1]
+    assert data["bits"] == 64 and data["exe"] == str(jerome / "python")
+    ps1 = code_only_ps1()
+    for token in ("$env:PYTHONIOENCODING = 'utf-8'", "[Console]::OutputEncoding",
+                  "-X utf8 -c $PythonProbe", "$out | ConvertFrom-Json",
+                  "& $VenvPy -X utf8 $McpConfigPy --info"):
+        assert token in ps1, f"install.ps1 lacks {token}"
+
+
+def test_install_ps1_base_folder_is_kb_pys_and_outside_appdata():
+    import kb
+
+    ps1 = code_only_ps1()
+    assert f"$Base = Join-Path $env:USERPROFILE '{kb.WINDOWS_BASE_NAME}'" in ps1
+    assert "$LegacyBase = Join-Path $env:LOCALAPPDATA 'linecite'" in ps1  # only the old one
+    assert "Set-BasePaths ([string]$Facts.base)" in ps1  # Python's spelling wins
+    # the old base moves once, with our server stopped first, and never over LINECITE_HOME
+    move = ps1.index("@($McpConfigPy, '--move-legacy-base')")
+    block = ps1[ps1.rindex("if (-not $UserHome", 0, move):move]
+    assert "Stop-Server" in block and "legacy_bases" in block
+    # a server an older install started (PID file under the old base) is found and stopped
+    assert "(Join-Path $LegacyBase 'logs\\server.pid')" in ps1
+
+
+def test_install_ps1_stops_the_server_before_pip_and_starts_it_after():
+    ps1 = code_only_ps1()
+    pip = ps1.index("@('-m', 'pip', 'install'")
+    branch = ps1[ps1.rindex("} else {", 0, pip):pip]
+    assert "Stop-Server" in branch and "$script:Restart = $true" in branch
+    assert "Get-VenvProcesses" in branch and "tray icon" in branch  # the host is asked to quit
+    assert "if ((-not $NoLaunch) -or $script:Restart) {" in ps1
+    assert ps1.index("if ((-not $NoLaunch) -or $script:Restart) {") > pip
+
+
+def ps1_calls(name: str) -> list[list[str]]:
+    """The arguments (as text) of every call of the command `name` in install.ps1."""
+    _, root = ps1_tree()
+    calls = []
+    for node in walk(root):
+        if node.type == "command" and node.child_by_field_name("command_name") is not None \
+                and node.child_by_field_name("command_name").text.decode() == name:
+            elements = [c for c in walk(node) if c.type == "command_elements"]
+            args = [c.text.decode() for c in elements[0].children
+                    if c.type not in ("command_argument_sep", "line_continuation")] \
+                if elements else []
+            calls.append(args)
+    return calls
+
+
+def test_install_ps1_self_test_prints_one_line_per_check_with_its_fix():
+    checks = ps1_calls("Write-Check")
+    assert len(checks) == 6
+    assert all(len(args) == 3 for args in checks), checks  # ok, what, fix
+    text = "\n".join(" ".join(args) for args in checks)
+    for what in ("Python 3.10+", "the venv", "the base folder every process sees",
+                 "old or sandboxed base folder", "Claude Desktop config -ConfigureClaude would "
+                 "write", "the server starts over HTTP in the background and stops"):
+        assert what in text, what
+    ps1 = code_only_ps1()
+    assert 'Write-Host "PASS  $What"' in ps1 and 'Write-Host "FAIL  $What -- fix: $Fix"' in ps1
+    assert ps1.index("if ($SelfTest) {") < ps1.index("if (-not $SkipInstall) {")
+
+
+def test_install_ps1_finds_tesseract_through_the_registry_and_a_user_tessdata():
+    ps1 = code_only_ps1()
+    for token in ("'HKLM:\\SOFTWARE\\Tesseract-OCR'", "$item.InstallDir",
+                  "CurrentVersion\\Uninstall", "$item.InstallLocation", "$env:ProgramW6432",
+                  "SetEnvironmentVariable('TESSDATA_PREFIX', $UserTessdata, 'User')",
+                  "$env:TESSDATA_PREFIX = $UserTessdata", "foreach ($lang in @('kor', 'chi_sim'))",
+                  "tessdata_fast/raw/main/$lang.traineddata"):
+        assert token in ps1, f"install.ps1 lacks {token}"
+    assert ps1.index("$env:TESSDATA_PREFIX = $UserTessdata") < ps1.index("'--claude-auto'")
+
+
+def test_a_user_tessdata_needs_the_configs_folder_the_installer_copies(tmp_path):
+    """TESSDATA_PREFIX names the tessdata folder itself (Tesseract 4 and 5), and that folder
+    needs configs/ as well as the .traineddata files, or the tsv output ocr.py reads fails:
+    why install.ps1 copies folders too."""
+    tesseract = shutil.which("tesseract")
+    if tesseract is None:
+        pytest.skip("needs tesseract (apt-get install tesseract-ocr)")
+    listed = subprocess.run([tesseract, "--list-langs"], capture_output=True, text=True)
+    system = Path(re.search(r'"(.+?)"', listed.stdout + listed.stderr).group(1))
+    from PIL import Image, ImageDraw
+
+    image = Image.new("L", (400, 80), 255)
+    ImageDraw.Draw(image).text((10, 30), "HARBOUR CRANE", fill=0)
+    image.save(tmp_path / "page.png")
+    for with_folders in (False, True):  # the copy the installer makes, without and with configs
+        user = tmp_path / f"tessdata-{with_folders}"
+        user.mkdir()
+        for item in system.iterdir():
+            if item.name == "eng.traineddata" or (with_folders and item.is_dir()):
+                (shutil.copytree if item.is_dir() else shutil.copy)(item, user / item.name)
+        env = {**os.environ, "TESSDATA_PREFIX": str(user)}
+        subprocess.run([tesseract, str(tmp_path / "page.png"), str(user / "out"), "tsv"],
+                       env=env, capture_output=True, timeout=60)
+        assert (user / "out.tsv").exists() == with_folders

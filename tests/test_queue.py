@@ -140,7 +140,7 @@ def test_prune_orphans_spares_protected_and_foreign_folders(tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "queue_runner.py"), "prune-orphans",
                           "--base-path", str(tmp_path)], cwd=REPO, capture_output=True,
                          text=True, encoding="utf-8", timeout=60)
-    assert json.loads(out.stdout) == {"removed": ["orphan"]}
+    assert out.returncode == 0 and json.loads(out.stdout) == {"removed": ["orphan"], "failed": {}}
     assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", "_private", "live", "logs",
                                                           "old-backup-2024"]
 
