@@ -125,6 +125,9 @@ def _files_in(root: Path, skipped: list[dict]) -> list[Path]:
     for here, folders, files in os.walk(root):
         for name in list(folders):
             folder = Path(here, name)
+            if _not_a_document(folder):
+                folders.remove(name)
+                continue
             real = _real(folder)
             if real is None or os.path.normcase(real) != os.path.normcase(folder):
                 folders.remove(name)
@@ -132,11 +135,29 @@ def _files_in(root: Path, skipped: list[dict]) -> list[Path]:
                     _skip_if_outside(root, folder, real, skipped)
         for name in files:
             path = Path(here, name)
+            if _not_a_document(path):
+                continue
             real = _real(path) if path.is_symlink() else path
             if (extract.supported(path) and real is not None
                     and not _skip_if_outside(root, path, real, skipped) and real.is_file()):
                 found.append(path)
     return sorted(found)
+
+
+HIDDEN_ATTRIBUTES = 0x2 | 0x4  # FILE_ATTRIBUTE_HIDDEN | FILE_ATTRIBUTE_SYSTEM (Windows)
+
+
+def _not_a_document(path: Path) -> bool:
+    """Office's lock files (`~$report.docx`, a few bytes that parse as corrupt), dot files and
+    folders (`.git`, `.DS_Store`), and what Windows marks hidden or system (thumbnail caches,
+    desktop.ini): none is a document the user put there to be searched."""
+    if path.name.startswith(("~$", ".")):
+        return True
+    try:
+        attributes = getattr(path.lstat(), "st_file_attributes", 0)  # only Windows has them
+    except OSError:
+        return False
+    return bool(attributes & HIDDEN_ATTRIBUTES)
 
 
 def _real(path: Path) -> Path | None:
@@ -441,12 +462,16 @@ def _no_chunks_warning(lines: int) -> str:
 
 
 def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], progress: bool,
-         report: Report | None) -> Summary:
-    """Open the KB's writer, reconcile, do the work, and summarise."""
+         report: Report | None, reset_embeddings: bool = False) -> Summary:
+    """Open the KB's writer, reconcile, do the work, and summarise. `reset_embeddings` drops
+    every vector first: reconciling would embed pending chunks into the old model's
+    collection, and stop there, when the embedder has changed."""
     summary = Summary(kb=kb.id)
     indexer = Indexer(kb, progress=progress, report=report)
     try:
         indexer.retokenize()
+        if reset_embeddings:
+            indexer.reset_embeddings()
         summary.embedded += indexer.reconcile()
         work(indexer, summary)
         summary.fulltext = {"path": str(kb.fulltext_path), **fulltext.counts(indexer.conn)}
@@ -519,8 +544,6 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
                                 f"file or folder with `python ingest.py PATH --kb {kb.id}`")
 
     def work(indexer: Indexer, summary: Summary) -> None:
-        if scope != "full" or force:
-            indexer.reset_embeddings()
         if scope == "full":
             plan = plan_sync(indexer.conn, kb, force)
             summary.skipped += plan.skipped
@@ -531,7 +554,7 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
             indexer.index_all(plan.added + plan.modified, summary, force, should_stop)
         summary.embedded += indexer.embed_pending()
 
-    return _run(kb, work, progress, report)
+    return _run(kb, work, progress, report, reset_embeddings=scope != "full" or force)
 
 
 def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False) -> Summary:
@@ -646,6 +669,9 @@ def main(argv: list[str] | None = None) -> int:
                              "are moved aside, not deleted)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
+    # PowerShell 5.1 and cmd pass "~" through unexpanded
+    args.path = args.path.expanduser() if args.path is not None else None
+    args.base_path = args.base_path.expanduser() if args.base_path is not None else None
     if args.source_name and (args.path is None or args.path.is_dir()):
         parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
     if args.rebuild and args.path is not None:

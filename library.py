@@ -35,7 +35,8 @@ class OpenKB:
     searcher: object | None = None
     data_version: int = -1  # SQLite's PRAGMA data_version when the store was last checked
     vector_note: str | None = None  # why the vector leg cannot serve it all, from that check
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one search at a time
+    lock: threading.RLock = field(default_factory=threading.RLock)  # one tool call at a time
+    depth: int = 0  # nested reading() calls of the thread holding `lock`
 
     def close(self) -> None:
         self.conn.close()
@@ -99,18 +100,32 @@ class Library:
 
     @contextmanager
     def reading(self, kb_id: str | None) -> Iterator[OpenKB]:
-        """An open KB for one tool call; an index found damaged on the way is closed (so a
-        restored file is opened afresh) and reported with the fix, never as a traceback."""
+        """An open KB for one tool call, read in one snapshot; an index found damaged on the
+        way is dropped (so a restored file is opened afresh) and reported with the fix.
+
+        One read transaction per call: a search runs several statements, and an ingest that
+        commits between them could otherwise give a hit whose chunk and lines come from two
+        versions of a source (chunk rowids are reused when a source is replaced).
+        """
         entry = self.get(kb_id)
-        try:
-            yield entry
-        except sqlite3.DatabaseError as err:
-            if not is_damage(err):
-                raise
-            with self._lock:  # not closed here: another thread may be reading it right now
-                if self._open.get(entry.kb.id) is entry:
-                    del self._open[entry.kb.id]
-            raise damaged(entry.kb, err) from None
+        with entry.lock:
+            outer = entry.depth == 0
+            if outer and not entry.conn.in_transaction:
+                entry.conn.execute("BEGIN")  # deferred: the snapshot is taken at the first read
+            entry.depth += 1
+            try:
+                yield entry
+            except sqlite3.DatabaseError as err:
+                if not is_damage(err):
+                    raise
+                with self._lock:
+                    if self._open.get(entry.kb.id) is entry:
+                        del self._open[entry.kb.id]
+                raise damaged(entry.kb, err) from None
+            finally:
+                entry.depth -= 1
+                if outer:
+                    end_read(entry.conn)
 
     def _searcher(self, entry: OpenKB):
         """The KB's Searcher (call with entry.lock held), its vector store opened when there
@@ -246,14 +261,14 @@ class Library:
         if known:
             kb = kbmod.load(self.base, self.resolve(kb_id))
         else:  # the first file of an empty base creates its KB, as `python ingest.py` does
-            new_id = kbmod.check_kb_id(kb_id or kbmod.DEFAULT_KB)
+            new_id = kbmod.check_kb_id(kb_id or kbmod.DEFAULT_KB, self.base)
             kb = kbmod.KnowledgeBase(new_id, self.base / new_id, name=new_id)
         target = allowed_path(path, kb)
         kb = kbmod.open_or_create(self.base, kb.id)
         try:
             summary = ingest.ingest(kb, [target], source_name or None, report=report)
-        except (LockBusy, ingest.EmbedderUnavailable) as err:  # the agent can wait and retry
-            raise UserError(str(err)) from None
+        except (LockBusy, ingest.EmbedderUnavailable, ingest.SourceNameTaken) as err:
+            raise UserError(str(err)) from None  # wait and retry, or pick another name
         except sqlite3.DatabaseError as err:
             if not is_damage(err):
                 raise
@@ -351,6 +366,15 @@ class Library:
             raise UserError(f"source {shown(source)} is in several knowledge bases "
                             f"({', '.join(k for k, _ in holders)}); pass kb_id")
         return holders[0]
+
+
+def end_read(conn: sqlite3.Connection) -> None:
+    """Close a read transaction; on a damaged or closed file there is nothing to keep."""
+    try:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+    except sqlite3.Error:
+        pass
 
 
 def check_kb_arg(kb_id: str | None) -> None:

@@ -31,6 +31,15 @@ def shared_path(*parts: str) -> Path:
     return path
 
 
+def clean_env(**extra: str) -> dict:
+    """This process's environment without linecite's own settings, plus `extra`: a spawned
+    server or CLI sees only what its test sets."""
+    drop = ("LINECITE_HOME", "LINECITE_TRANSPORT", "LINECITE_HOST", "LINECITE_PORT",
+            "LINECITE_HTTP_TOKEN", "LINECITE_ALLOWED_DIRS", "LINECITE_PAUSE_AT",
+            "LINECITE_CHROMA_URL")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on right now."""
     with socket.socket() as sock:

@@ -407,3 +407,32 @@ def test_read_only_kb_folder_gives_one_clear_line(tmp_path):
         for path in base.rglob("*"):
             path.chmod(0o755)
         shutil.rmtree(base)
+
+
+def test_sync_skips_office_lock_files_and_dot_files(tmp_path):
+    # regression: `~$report.docx` (Word's lock file) and `.DS_Store` were indexed as corrupt
+    # sources, and `.git/` was walked
+    docs = tmp_path / "docs"
+    (docs / ".git").mkdir(parents=True)
+    (docs / "report.txt").write_text("quarterly figures\n", encoding="utf-8")
+    (docs / "~$report.docx").write_bytes(b"\x05owner")
+    (docs / ".notes.txt").write_text("hidden\n", encoding="utf-8")
+    (docs / ".git" / "readme.txt").write_text("git internals\n", encoding="utf-8")
+    summary = ingest.sync(bm25_kb(tmp_path / "base", source_paths=(docs,)))
+    assert (summary.indexed, summary.failed) == (1, [])
+    assert [name for _, name in ingest.discover([docs])] == ["docs/report.txt"]
+
+
+def test_cli_expands_a_tilde_in_paths(tmp_path):
+    # regression: PowerShell 5.1 and cmd pass "~/Documents" to Python unexpanded
+    home = tmp_path / "home"
+    (home / "docs").mkdir(parents=True)
+    (home / "docs" / "a.txt").write_text("tilde expansion works\n", encoding="utf-8")
+    env = {**os.environ, "HOME": str(home), "USERPROFILE": str(home)}
+    env.pop("LINECITE_HOME", None)
+    proc = subprocess.run([sys.executable, str(REPO / "ingest.py"), "~/docs", "--base-path",
+                           "~/base", "--quiet"], capture_output=True, text=True,
+                          encoding="utf-8", env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["indexed"] == 1
+    assert (home / "base" / "default" / fulltext.FILENAME).exists()

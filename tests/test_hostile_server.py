@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 import pytest_asyncio
+from conftest import clean_env
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
@@ -42,11 +43,6 @@ MANY_LINES = 2000
 
 def long_line() -> str:
     return " ".join(f"word{i:05d}" for i in range(LONG_LINE_WORDS))
-
-
-def clean_env(**extra: str) -> dict:
-    drop = ("LINECITE_HOME", "LINECITE_CHROMA_URL", "LINECITE_ALLOWED_DIRS", "LINECITE_PAUSE_AT")
-    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
 
 
 def ingest_cli(path: Path, kb_id: str, base: Path) -> dict:

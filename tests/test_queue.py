@@ -2,7 +2,6 @@
 
 import asyncio
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import clean_env
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
@@ -20,11 +20,6 @@ import kb as kbmod
 import queue_runner
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def clean_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in (ingest.PAUSE_ENV, "LINECITE_HOME")}
-    return {**env, **extra}
 
 
 def make_kb(base: Path, kb_id: str, docs: Path) -> kbmod.KnowledgeBase:

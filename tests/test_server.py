@@ -14,7 +14,6 @@ them, joined by newlines.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import shutil
 import subprocess
@@ -28,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
-from conftest import free_port, stop_process
+from conftest import clean_env, free_port, stop_process
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
@@ -114,12 +113,6 @@ def ingest_cli(*args: str, base: Path) -> dict:
                           env=clean_env(), cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-def clean_env(**extra: str) -> dict:
-    drop = ("LINECITE_HOME", "LINECITE_TRANSPORT", "LINECITE_HOST", "LINECITE_PORT", TOKEN_ENV,
-            ALLOWED_ENV, "LINECITE_PAUSE_AT", "LINECITE_CHROMA_URL")
-    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
 
 
 @pytest.fixture(scope="module")
