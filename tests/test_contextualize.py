@@ -5,7 +5,10 @@ tokens and embedded text, never hits), staleness and scope `contextualization`, 
 """
 
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -450,3 +453,60 @@ def test_a_wrong_contextualizer_block_is_refused_naming_the_field(
                                            encoding="utf-8")
     with pytest.raises(kbmod.ConfigError, match=re.escape(message)):
         kbmod.load(tmp_path, "docs")
+
+
+def test_kill_9_mid_embedding_keeps_the_contexts_and_a_changed_model_reembeds_them(
+        tmp_path, monkeypatch) -> None:
+    llm, embedder = LLM("ollama"), Provider("openai")
+    monkeypatch.setenv("OPENAI_API_KEY", embedder.key)
+    text = "\n".join(f"Paragraph {i} about the harbour, the cranes and the tides. " * 12
+                     for i in range(40))  # 40 chunks: more than one embedding batch
+    try:
+        kb = make_kb(tmp_path, block(llm), {"provider": "openai", "baseUrl": embedder.url,
+                                            "model": "text-embedding-3-small",
+                                            "apiKeyPreset": "OpenAI"}, {"long.txt": text})
+        env = {k: v for k, v in os.environ.items() if k != ingest.PAUSE_ENV}
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(ingest.__file__)), "--kb", "docs", "--base-path",
+             str(tmp_path / "base"), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, encoding="utf-8", env={**env, ingest.PAUSE_ENV: "mid-embedding"})
+        try:
+            for line in proc.stderr:
+                if "paused at mid-embedding" in line:
+                    break
+            else:
+                pytest.fail("ingest never reached mid-embedding")
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+        rows = chunk_rows_all(kb)
+        chunks = len(rows)
+        assert chunks >= 40 and {r["llm_state"] for r in rows} == {"done"}  # before vectors
+        assert {r["embed_state"] for r in rows} == {"indexed", "pending"}
+        calls = len(llm.requests)
+
+        embedder.requests.clear()
+        summary = ingest.sync(kb)
+        assert (summary.indexed, summary.unchanged) == (0, 1)  # not extracted again
+        assert len(llm.requests) == calls  # nor contextualized again
+        inputs = [t for r in embedder.requests for t in r["body"]["input"]]
+        assert 0 < len(inputs) < chunks and all(MARKER in t for t in inputs)
+        assert {r["embed_state"] for r in chunk_rows_all(kb)} == {"indexed"}
+
+        # another model: scope contextualization re-embeds exactly the re-contextualized chunks
+        kb = make_kb(tmp_path, block(llm, model="llama3.2"), kb.embedding)
+        embedder.requests.clear()
+        ingest.sync(kb, "contextualization")
+        inputs = [t for r in embedder.requests for t in r["body"]["input"]]
+        assert len(inputs) == chunks and all("llama3.2" in t for t in inputs)
+    finally:
+        llm.close()
+        embedder.close()
+
+
+def chunk_rows_all(kb: kbmod.KnowledgeBase) -> list[dict]:
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM chunks")]
+    finally:
+        conn.close()
