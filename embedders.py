@@ -229,7 +229,10 @@ class BuiltinEmbedder(Embedder):
 
 
 class HttpEmbedder(Embedder):
-    """Shared HTTP plumbing: base URL, key from the environment, retries, error mapping."""
+    """Shared HTTP plumbing: base URL, key from the environment, retries, error mapping
+    (contextualize.py reuses it for chat calls)."""
+
+    config_block = "embedding"  # the config.json block that messages tell the user to fix
 
     def __init__(self, config: dict) -> None:
         super().__init__(config)
@@ -291,7 +294,7 @@ class HttpEmbedder(Embedder):
             except httpx.TransportError as err:
                 raise EmbedderUnreachable(
                     f"cannot reach {self.provider} at {self.base_url} ({type(err).__name__}); "
-                    "start it, or fix 'embedding.baseUrl'") from None
+                    f"start it, or fix '{self.config_block}.baseUrl'") from None
             else:
                 if response.status_code < 300:
                     return self._json(response)
@@ -309,8 +312,8 @@ class HttpEmbedder(Embedder):
         status = response.status_code
         if self._auth_refused(response):
             fix = f"set the environment variable {self.key_env} to a valid key" if self.key_env \
-                else "name the key's environment variable in 'embedding.apiKeyPreset' or " \
-                     "'embedding.apiKeyEnv' in config.json"
+                else f"name the key's environment variable in '{self.config_block}." \
+                     f"apiKeyPreset' or '{self.config_block}.apiKeyEnv' in config.json"
             self._auth_error = EmbedderAuthError(
                 f"{self.provider} at {self.base_url} refused the API key (HTTP {status}); {fix}")
             raise self._auth_error
@@ -326,7 +329,8 @@ class HttpEmbedder(Embedder):
             return response.json()
         except ValueError:
             raise EmbedderError(f"{self.provider} at {self.base_url} answered with something "
-                                "that is not JSON; check 'embedding.baseUrl'") from None
+                                f"that is not JSON; check '{self.config_block}.baseUrl'"
+                                ) from None
 
     def _error_text(self, response: Any) -> str:
         """The provider's own message, short, with any key scrubbed out."""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from limits import MAX_QUERY_TOKENS
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FILENAME = "fulltext.sqlite3"
 # segment.py emits tokens made only of these categories, so FTS5 never re-splits them
 TOKEN_CATEGORIES = "L* N* Co M*"
@@ -140,7 +140,18 @@ def _m003_meta(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
 
-MIGRATIONS = [_m001_create_tables, _m002_warnings_and_context, _m003_meta]
+def _m004_llm_contexts(conn: sqlite3.Connection) -> None:
+    """A contextualizer's context for each chunk, apart from `context` (a sheet's header row,
+    derived from the file): with the model and prompt hash that wrote it, so a changed model
+    or prompt shows as stale, and the attempts, so a chunk that keeps failing is given up."""
+    for column in ("llm_context TEXT NOT NULL DEFAULT ''", "llm_state TEXT", "llm_model TEXT",
+                   "llm_prompt TEXT", "llm_attempts INTEGER NOT NULL DEFAULT 0",
+                   "llm_error TEXT"):
+        conn.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
+    conn.execute("CREATE INDEX chunks_llm_state ON chunks(llm_state)")
+
+
+MIGRATIONS = [_m001_create_tables, _m002_warnings_and_context, _m003_meta, _m004_llm_contexts]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -229,7 +240,9 @@ def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
     with conn:
         row = source_row(conn, src.name)
         embedded: set[str] = set()
+        kept: dict[str, tuple] = {}
         if row is not None:
+            kept = _kept_contexts(conn, row["id"])
             old = conn.execute("SELECT chunk_id, embed_state FROM chunks WHERE source_id = ?",
                                (row["id"],)).fetchall()
             embedded = {r["chunk_id"] for r in old if r["embed_state"] == "indexed"}
@@ -253,6 +266,7 @@ def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
             ((c.chunk_id, source_id, c.page, c.line_start, c.line_end, c.text, c.tokens,
               c.context, "indexed" if c.chunk_id in embedded else "pending") for c in chunks),
         )
+        _restore_contexts(conn, source_id, kept)
         conn.execute("DELETE FROM chroma_tombstones WHERE chunk_id IN "
                      "(SELECT chunk_id FROM chunks WHERE source_id = ?)", (source_id,))
     return sum(c.chunk_id not in embedded for c in chunks)
@@ -314,10 +328,16 @@ def delete_source(conn: sqlite3.Connection, name: str) -> None:
 # ---------------------------------------------------------------------------
 # embedding state: what Chroma still has to receive or forget
 
+# what a chunk is embedded and BM25-indexed with besides its text: the sheet's header row
+# and the contextualizer's context (hits and read_range show neither)
+INDEXED_CONTEXT = ("CASE WHEN c.llm_context = '' THEN c.context WHEN c.context = ''"
+                   " THEN c.llm_context ELSE c.context || char(10) || c.llm_context END")
+
+
 def pending_chunks(conn: sqlite3.Connection, limit: int) -> list[sqlite3.Row]:
     return conn.execute(
-        "SELECT c.chunk_id, c.text, c.context, c.page, c.line_start, c.line_end,"
-        " s.name AS source "
+        f"SELECT c.chunk_id, c.text, {INDEXED_CONTEXT} AS context, c.page, c.line_start,"
+        " c.line_end, s.name AS source "
         "FROM chunks c JOIN sources s ON s.id = c.source_id "
         "WHERE c.embed_state = 'pending' ORDER BY c.id LIMIT ?", (limit,)).fetchall()
 
@@ -342,7 +362,8 @@ def set_all_pending(conn: sqlite3.Connection) -> None:
 
 def searchable_chunks(conn: sqlite3.Connection, after: int, limit: int) -> list[sqlite3.Row]:
     """(id, source, context, text) of up to `limit` chunks with rowid > after, by rowid."""
-    return conn.execute("SELECT c.id, s.name AS source, c.context, c.text FROM chunks c"
+    return conn.execute(f"SELECT c.id, s.name AS source, {INDEXED_CONTEXT} AS context, c.text"
+                        " FROM chunks c"
                         " JOIN sources s ON s.id = c.source_id WHERE c.id > ?"
                         " ORDER BY c.id LIMIT ?", (after, limit)).fetchall()
 
@@ -394,6 +415,131 @@ def promote_sources(conn: sqlite3.Connection) -> None:
                WHERE state = 'pending' AND NOT EXISTS (
                  SELECT 1 FROM chunks c WHERE c.source_id = sources.id
                  AND c.embed_state = 'pending')""")
+
+
+# ---------------------------------------------------------------------------
+# contextualizer contexts (contextualize.py): llm_state is NULL until tried, then `done`,
+# `failed` (retried on later runs up to MAX_CONTEXT_ATTEMPTS), or `carried`: kept from the
+# same text of the source's previous version, its BM25 tokens not yet rebuilt
+
+MAX_CONTEXT_ATTEMPTS = 3  # runs that try a chunk's context before it is given up
+CONTEXT_STOP_KEY = "contextualizer_stop"  # meta key: why the last run stopped contextualizing
+LLM_COLUMNS = ("llm_context", "llm_state", "llm_model", "llm_prompt", "llm_attempts",
+               "llm_error")
+
+
+@dataclass(frozen=True)
+class ContextUpdate:
+    """A chunk's new context fields; `tokens` (its full BM25 tokens) when they change, and
+    `reembed` when its vector must be made again from the new context."""
+
+    rowid: int
+    context: str
+    state: str
+    model: str | None
+    prompt: str | None
+    attempts: int
+    error: str | None = None
+    tokens: str | None = None
+    reembed: bool = False
+
+
+def _kept_contexts(conn: sqlite3.Connection, source_id: int) -> dict[str, tuple]:
+    """text -> context fields of a source's chunks that have been tried, before the source is
+    replaced: a chunk whose text comes back keeps its context (no second LLM call)."""
+    rows = conn.execute(f"SELECT text, {', '.join(LLM_COLUMNS)} FROM chunks"
+                        " WHERE source_id = ? AND llm_state IS NOT NULL", (source_id,))
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def _restore_contexts(conn: sqlite3.Connection, source_id: int, kept: dict[str, tuple]) -> None:
+    """Give the new chunks with a kept text their old context; a context that was in the BM25
+    tokens becomes `carried` until the indexer rebuilds those tokens (it owns the segmenter)."""
+    if not kept:
+        return
+    rows = conn.execute("SELECT id, text FROM chunks WHERE source_id = ?", (source_id,))
+    updates = []
+    for rowid, text in rows.fetchall():
+        if text in kept:
+            context, state, *rest = kept[text]
+            state = "carried" if context and state in ("done", "carried") else state
+            updates.append((context, state, *rest, rowid))
+    conn.executemany(f"UPDATE chunks SET {' = ?, '.join(LLM_COLUMNS)} = ? WHERE id = ?",
+                     updates)
+
+
+def chunks_to_contextualize(conn: sqlite3.Connection, after: int, limit: int,
+                            signature: tuple[str, str] | None, redo: bool,
+                            retry: bool) -> list[sqlite3.Row]:
+    """Up to `limit` chunks past rowid `after` that need a context, by rowid: `carried` ones
+    always; with a contextualizer (`signature` = (model, prompt hash)) the never tried ones,
+    failed ones with tries left when `retry`, and with `redo` every one whose context is not
+    done by this signature; with none and `redo`, every one that holds a context (to clear)."""
+    wanted = ["c.llm_state = 'carried'"]
+    params: list = []
+    if signature is not None:
+        wanted.append("c.llm_state IS NULL")
+        if retry:
+            wanted.append("(c.llm_state = 'failed' AND c.llm_attempts < ?)")
+            params.append(MAX_CONTEXT_ATTEMPTS)
+        if redo:
+            wanted.append("NOT (c.llm_state IS 'done' AND c.llm_model IS ? AND c.llm_prompt IS ?)")
+            params += list(signature)
+    elif redo:
+        wanted.append("c.llm_context != '' OR c.llm_state IS NOT NULL")
+    return conn.execute(
+        "SELECT c.id, c.chunk_id, s.name AS source, c.page, c.line_start, c.line_end, c.text,"
+        f" c.context, {', '.join('c.' + col for col in LLM_COLUMNS)}"
+        " FROM chunks c JOIN sources s ON s.id = c.source_id"
+        f" WHERE c.id > ? AND ({' OR '.join(wanted)}) ORDER BY c.id LIMIT ?",
+        [after, *params, limit]).fetchall()
+
+
+def save_contexts(conn: sqlite3.Connection, updates: Sequence[ContextUpdate]) -> None:
+    """Write contexts, their BM25 tokens and the embedding state in one transaction, so a
+    crash leaves each chunk either as it was or with a context it will be embedded with. The
+    FTS5 external-content index gets the old tokens' 'delete' before the new ones go in."""
+    with conn:
+        for u in updates:
+            conn.execute("UPDATE chunks SET llm_context = ?, llm_state = ?, llm_model = ?,"
+                         " llm_prompt = ?, llm_attempts = ?, llm_error = ? WHERE id = ?",
+                         (u.context, u.state, u.model, u.prompt, u.attempts, u.error, u.rowid))
+            if u.tokens is not None:
+                conn.execute("INSERT INTO chunks_fts(chunks_fts, rowid, tokens)"
+                             " SELECT 'delete', id, tokens FROM chunks WHERE id = ?", (u.rowid,))
+                conn.execute("UPDATE chunks SET tokens = ? WHERE id = ?", (u.tokens, u.rowid))
+                conn.execute("INSERT INTO chunks_fts(rowid, tokens) VALUES (?, ?)",
+                             (u.rowid, u.tokens))
+            if u.reembed:
+                conn.execute("UPDATE chunks SET embed_state = 'pending', embed_error = NULL"
+                             " WHERE id = ?", (u.rowid,))
+                conn.execute("UPDATE sources SET state = 'pending' WHERE state IN"
+                             " ('ready', 'degraded') AND id = (SELECT source_id FROM chunks"
+                             " WHERE id = ?)", (u.rowid,))
+
+
+def contextualization_state(conn: sqlite3.Connection,
+                            signature: tuple[str, str] | None) -> dict:
+    """How far the KB's contexts are from its contextualizer (`signature` = (model, prompt
+    hash), None when none is configured): chunks contextualized by it, stale (by another
+    model or prompt, or left from an earlier contextualizer), pending (not yet tried, or
+    failed with tries left), failed (given up), and why the last run stopped, if it did."""
+    if "llm_state" not in _columns(conn, "chunks"):  # an older index, served read-only
+        return {"contextualized": 0, "stale": 0, "pending": 0, "failed": 0, "stopped": None}
+    model, prompt = signature or (None, None)
+    row = conn.execute(
+        "SELECT coalesce(sum(llm_state IN ('done', 'carried') AND llm_model IS ?"
+        "  AND llm_prompt IS ?), 0),"
+        " coalesce(sum(llm_state IN ('done', 'carried') AND NOT (llm_model IS ?"
+        "  AND llm_prompt IS ?)), 0),"
+        " coalesce(sum(llm_state IS NULL OR (llm_state = 'failed' AND llm_attempts < ?)), 0),"
+        " coalesce(sum(llm_state = 'failed' AND llm_attempts >= ?), 0) FROM chunks",
+        (model, prompt, model, prompt, MAX_CONTEXT_ATTEMPTS, MAX_CONTEXT_ATTEMPTS)).fetchone()
+    done, stale, pending, failed = row
+    if signature is None:  # nothing to do for chunks never contextualized
+        done, pending, failed = 0, 0, 0
+    return {"contextualized": done, "stale": stale, "pending": pending, "failed": failed,
+            "stopped": get_meta(conn, CONTEXT_STOP_KEY) or None}
 
 
 # ---------------------------------------------------------------------------

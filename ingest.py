@@ -231,8 +231,11 @@ class Indexer:
     def __init__(self, kb: kbmod.KnowledgeBase, progress: bool = False,
                  report: Report | None = None):
         import chroma_store
+        import contextualize
+        import segment
 
         self.max_file_bytes = _max_file_bytes()
+        self.contexts = contextualize.Step(kb.contextualizer, segment.tokens)
         self.kb = kb
         self.progress = progress
         self.report = report
@@ -296,6 +299,7 @@ class Indexer:
     def embed_pending(self) -> int:
         """Embed every pending chunk in batches; a failing batch is halved until the bad chunk
         is isolated and marked failed, so one bad chunk never blocks the rest."""
+        self.contexts.run(self.conn)  # contexts first: a chunk is embedded once, with its own
         if self.store is None:  # a BM25-only KB: nothing to embed, chunks are complete
             fulltext.set_pending_indexed(self.conn)
             fulltext.promote_sources(self.conn)
@@ -474,6 +478,8 @@ def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], prog
             indexer.reset_embeddings()
         summary.embedded += indexer.reconcile()
         work(indexer, summary)
+        if warning := indexer.contexts.finish(indexer.conn):
+            summary.warnings.append({"source": None, "warning": warning})
         summary.fulltext = {"path": str(kb.fulltext_path), **fulltext.counts(indexer.conn)}
     finally:
         indexer.close()
@@ -533,9 +539,13 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
     """Bring a KB in line with its sourcePaths folders.
 
     `full`: index new and changed files, drop deleted ones (force: re-extract every file).
-    `embedding` (and `contextualization`, which adds nothing until a contextualizer is
-    configured): embed every chunk again, for instance after the embedder changed.
+    `contextualization`: redo the contexts that are missing, failed or stale (another model
+    or prompt) and embed those chunks again, from the stored text (no file is read); with no
+    contextualizer, clear contexts left from an earlier one and embed every chunk again.
+    `embedding`: embed every chunk again, for instance after the embedder changed.
     """
+    import contextualize
+
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
     if scope == "full" and not kb.source_paths:
@@ -544,6 +554,8 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
                                 f"file or folder with `python ingest.py PATH --kb {kb.id}`")
 
     def work(indexer: Indexer, summary: Summary) -> None:
+        if scope == "contextualization":
+            indexer.contexts.run(indexer.conn, redo=True)
         if scope == "full":
             plan = plan_sync(indexer.conn, kb, force)
             summary.skipped += plan.skipped
@@ -554,7 +566,11 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
             indexer.index_all(plan.added + plan.modified, summary, force, should_stop)
         summary.embedded += indexer.embed_pending()
 
-    return _run(kb, work, progress, report, reset_embeddings=scope != "full" or force)
+    # every vector goes for a new embedder, a forced run, or a context scope with no LLM (it
+    # clears old contexts); with an LLM, only the chunks whose context changes are re-embedded
+    no_llm = contextualize.contextualizer_for(kb.contextualizer) is None
+    reset = scope == "embedding" or force or (scope == "contextualization" and no_llm)
+    return _run(kb, work, progress, report, reset_embeddings=reset)
 
 
 def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False) -> Summary:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import contextualize as ctx
 import embedders
 import fulltext
 
@@ -104,6 +105,7 @@ class KnowledgeBase:
     source_paths: list[str] = field(default_factory=list)
     embedding: dict = field(default_factory=lambda: {"provider": "builtin"})
     chroma_url: str | None = None
+    contextualizer: dict = field(default_factory=dict)  # {} = provider none
 
     @property
     def fulltext_path(self) -> Path:
@@ -159,7 +161,8 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
         check_chroma_url(url, "LINECITE_CHROMA_URL" if os.environ.get("LINECITE_CHROMA_URL")
                          else f"{path}: field 'chromaUrl'")
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
-                         data.get("sourcePaths") or [], embedding, url)
+                         data.get("sourcePaths") or [], embedding, url,
+                         data.get("contextualizer") or {})
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -189,19 +192,12 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     if not all(isinstance(p, str) for p in data.get("sourcePaths") or []):
         raise ConfigError(f"{path}: field 'sourcePaths' must hold folder paths as strings")
     _validate_embedding(data.get("embedding") or {}, path)
+    _validate_contextualizer(data.get("contextualizer") or {}, path)
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
     """Check the `embedding` block against embedders.CONFIG_FIELDS; errors name the field."""
-    for name, value in block.items():
-        if name not in embedders.CONFIG_FIELDS:
-            raise ConfigError(f"{path}: field 'embedding.{name}' is not known; known fields: "
-                              f"{', '.join(embedders.CONFIG_FIELDS)}")
-        kind, example = embedders.CONFIG_FIELDS[name]
-        wrong_bool = isinstance(value, bool) and kind is int  # JSON true is not a number
-        if value is not None and (wrong_bool or not isinstance(value, kind)):
-            raise ConfigError(f"{path}: field 'embedding.{name}' must be {example}, not "
-                              f"{value!r}")
+    _check_fields("embedding", block, embedders.CONFIG_FIELDS, path)
     provider = block.get("provider") or "builtin"
     if provider not in embedders.PROVIDERS:
         raise ConfigError(f"{path}: field 'embedding.provider' is {provider!r}; known providers: "
@@ -210,18 +206,6 @@ def _validate_embedding(block: dict, path: Path) -> None:
         raise ConfigError(f"{path}: field 'embedding.model' is needed for provider "
                           f"{provider!r}; name the embedding model, e.g. "
                           f"{EXAMPLE_MODELS[provider]!r}")
-    preset = block.get("apiKeyPreset")
-    if preset is not None and preset not in embedders.API_KEY_PRESETS:
-        raise ConfigError(f"{path}: field 'embedding.apiKeyPreset' is {preset!r}; known "
-                          f"presets: {', '.join(embedders.API_KEY_PRESETS)}")
-    env = block.get("apiKeyEnv")
-    if env is not None and not ENV_NAME.match(env):
-        raise ConfigError(f"{path}: field 'embedding.apiKeyEnv' must name an environment "
-                          f"variable (letters, digits, '_'), not the key itself")
-    url = block.get("baseUrl")
-    if url is not None and not re.match(r"^https?://[^/\s]+", url):
-        raise ConfigError(f"{path}: field 'embedding.baseUrl' must look like "
-                          f"http://host:port, not {url!r}")
     dimension = block.get("dimension")
     if dimension is not None and not 1 <= dimension <= embedders.MAX_DIMENSION:
         raise ConfigError(f"{path}: field 'embedding.dimension' must be 1-"
@@ -231,6 +215,55 @@ def _validate_embedding(block: dict, path: Path) -> None:
     if batch is not None and not 1 <= batch <= most:
         raise ConfigError(f"{path}: field 'embedding.batchSize' must be 1-{most} for provider "
                           f"{provider!r}, not {batch}")
+
+
+EXAMPLE_LLMS = {"anthropic": "claude-haiku-4-5", "openai": "gpt-4.1-mini",
+                "ollama": "qwen2.5:7b"}  # named in the missing-model error
+
+
+def _validate_contextualizer(block: dict, path: Path) -> None:
+    """Check the `contextualizer` block against contextualize.CONFIG_FIELDS and its bounds."""
+    _check_fields("contextualizer", block, ctx.CONFIG_FIELDS, path)
+    provider = block.get("provider") or "none"
+    if provider not in ctx.PROVIDERS:
+        raise ConfigError(f"{path}: field 'contextualizer.provider' is {provider!r}; known "
+                          f"providers: {', '.join(ctx.PROVIDERS)}")
+    if provider != "none" and not block.get("model"):
+        raise ConfigError(f"{path}: field 'contextualizer.model' is needed for provider "
+                          f"{provider!r}; name the chat model, e.g. {EXAMPLE_LLMS[provider]!r}")
+    bounds = {"batchSize": (1, ctx.MAX_BATCH), "concurrency": (1, ctx.MAX_CONCURRENCY),
+              "maxChars": ctx.MAX_CHARS_RANGE, "numCtx": ctx.NUM_CTX_RANGE}
+    for name, (low, high) in bounds.items():
+        value = block.get(name)
+        if value is not None and not low <= value <= high:
+            raise ConfigError(f"{path}: field 'contextualizer.{name}' must be {low}-{high}, "
+                              f"not {value}")
+
+
+def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> None:
+    """Known fields with the right JSON types, a known key preset, a variable name (never a
+    key) in apiKeyEnv, an http(s) baseUrl: what every provider block shares."""
+    for name, value in block.items():
+        if name not in fields:
+            raise ConfigError(f"{path}: field '{block_name}.{name}' is not known; known fields: "
+                              f"{', '.join(fields)}")
+        kind, example = fields[name]
+        wrong_bool = isinstance(value, bool) and kind is int  # JSON true is not a number
+        if value is not None and (wrong_bool or not isinstance(value, kind)):
+            raise ConfigError(f"{path}: field '{block_name}.{name}' must be {example}, not "
+                              f"{value!r}")
+    preset = block.get("apiKeyPreset")
+    if preset is not None and preset not in embedders.API_KEY_PRESETS:
+        raise ConfigError(f"{path}: field '{block_name}.apiKeyPreset' is {preset!r}; known "
+                          f"presets: {', '.join(embedders.API_KEY_PRESETS)}")
+    env = block.get("apiKeyEnv")
+    if env is not None and not ENV_NAME.match(env):
+        raise ConfigError(f"{path}: field '{block_name}.apiKeyEnv' must name an environment "
+                          f"variable (letters, digits, '_'), not the key itself")
+    url = block.get("baseUrl")
+    if url is not None and not re.match(r"^https?://[^/\s]+", url):
+        raise ConfigError(f"{path}: field '{block_name}.baseUrl' must look like "
+                          f"http://host:port, not {url!r}")
 
 
 def check_chroma_url(url: str, where: str) -> None:
