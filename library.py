@@ -450,6 +450,7 @@ def vector_problem(entry: OpenKB) -> str | None:
 
 def index_health(entry: OpenKB) -> dict:
     """What get_index_info says of an index: counts, states, problem files, warnings."""
+    import contextualize
     import segment
 
     conn = entry.conn
@@ -461,6 +462,13 @@ def index_health(entry: OpenKB) -> dict:
     problem = entry.vector_note or missing_store_folder(entry)
     if problem:
         warnings.append(problem)
+    contexts = contextualize.state(conn, entry.kb.contextualizer)
+    if contexts["provider"] != "none" or contexts["contextualized"] or contexts["stale"]:
+        info["contextualization"] = contexts
+        if contexts.get("action"):
+            warnings.append(f"contexts made by another model or prompt: {contexts['action']}")
+        if contexts.get("stopped"):
+            warnings.append(f"contextualizing stopped: {contexts['stopped']}")
     made_by = fulltext.get_meta(conn, fulltext.SEGMENTER_KEY)
     if counts["chunks"] and made_by != segment.signature():
         warnings.append("this index's BM25 tokens come from another version of the segmenters "
