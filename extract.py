@@ -446,6 +446,29 @@ def check_zip(path: Path) -> None:
                                         "(possible zip bomb); it was not opened.")
 
 
+def extract_image(path: Path) -> Extracted:
+    """An image file as a document: one page per frame, read by OCR (ocr.read_image)."""
+    from PIL import Image
+
+    import ocr
+
+    try:
+        texts, warnings = ocr.read_image(path)
+    except ocr.OcrUnavailable as exc:
+        raise ExtractError("ocr-unavailable", f"{path.name} needs OCR: {exc}") from exc
+    except (FileNotFoundError, PermissionError):
+        raise  # extract() reports these as not-found
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        too_big = isinstance(exc, Image.DecompressionBombError)
+        detail = f"{path.name} could not be read as an image ({exc}); re-save it as PNG."
+        raise ExtractError("too-large" if too_big else "corrupt", detail) from exc
+    pages = [_clean_lines(text) for text in texts]
+    if not any(pages):
+        detail = f"OCR found no text in {path.name}; " + ("; ".join(warnings) or "nothing to index")
+        raise ExtractError("empty", detail)
+    return Extracted(pages, "tesseract", warnings)
+
+
 def _lazy(module: str, function: str) -> Callable[[Path], Extracted]:
     """An extractor living in another module, imported on first use (keeps start-up fast)."""
 
@@ -464,7 +487,7 @@ EXTRACTORS.update({".hwpx": _lazy("hwp", "extract_hwpx"), ".hwp": _lazy("hwp", "
                    ".xlsx": _lazy("office", "extract_xlsx"),
                    ".pptx": _lazy("office", "extract_pptx")})
 EXTRACTORS.update(dict.fromkeys((".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"),
-                                _lazy("ocr", "extract_image")))  # = ocr.IMAGE_SUFFIXES
+                                extract_image))  # = ocr.IMAGE_SUFFIXES
 
 
 def supported(path: Path) -> bool:

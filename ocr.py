@@ -4,7 +4,8 @@ Reads a PDF or an image (.png .jpg .jpeg .tif .tiff .bmp .webp; a multi-page TIF
 per frame); writes one small JSON file per OCR'd page to the OCR cache, so a re-index or a
 crash never runs Tesseract on the same page twice. `extract.extract_pdf` calls `mend_pdf` for
 pages with no text, junk text, or a scanner's OCR layer that Tesseract disagrees with
-(pdf-with-ocr-text.pdf); `extract.EXTRACTORS` sends images to `extract_image`.
+(pdf-with-ocr-text.pdf); `extract.extract_image` calls `read_image`. This module never imports
+extract.py: it reads pixels and caches text, extract.py makes documents of it.
 
     python ingest.py smoke-ocr scan.pdf      # OCR a scan, print its text (exit 1: no Tesseract)
     LINECITE_OCR_LANG=kor+eng LINECITE_OCR_CACHE=/tmp/ocr python ingest.py scan.pdf
@@ -395,38 +396,23 @@ def _flat(image):
     return flat
 
 
-def extract_image(path: Path):
-    """An image file as a one-page document (a multi-page TIFF: one page per frame)."""
+def read_image(path: Path) -> tuple[list[str], list[str]]:
+    """OCR every frame of an image file (a multi-page TIFF has several): (text of each frame,
+    "" where OCR read nothing; warnings). Raises OcrUnavailable, and PIL's own errors for a
+    file that is no image (extract.extract_image says what they mean)."""
     from PIL import Image
 
-    import extract
+    with Image.open(path) as image:
+        image.load()  # decode errors surface here, as "corrupt", not as a failed page
+        frames = getattr(image, "n_frames", 1)
 
-    path = Path(path)
-    try:
-        with Image.open(path) as image:
-            image.load()  # decode errors surface here, as "corrupt", not as a failed page
-            frames = getattr(image, "n_frames", 1)
+        def render(index: int):  # frame by frame: a 200-page TIFF never sits in memory
+            image.seek(index)
+            return _flat(image)
 
-            def render(index: int):  # frame by frame: a 200-page TIFF never sits in memory
-                image.seek(index)
-                return _flat(image)
-
-            entries, warnings = _read(_job(path, None, 0, None, None, None), list(range(frames)),
-                                      render)
-    except OcrUnavailable as exc:
-        raise extract.ExtractError("ocr-unavailable", f"{path.name} needs OCR: {exc}") from exc
-    except (FileNotFoundError, PermissionError):
-        raise  # extract.extract reports these as not-found
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        too_big = isinstance(exc, Image.DecompressionBombError)
-        detail = f"{path.name} could not be read as an image ({exc}); re-save it as PNG."
-        raise extract.ExtractError("too-large" if too_big else "corrupt", detail) from exc
-    pages = [extract._clean_lines(entries[i]["text"]) if i in entries else []
-             for i in range(frames)]
-    if not any(pages):
-        detail = f"OCR found no text in {path.name}; " + ("; ".join(warnings) or "nothing to index")
-        raise extract.ExtractError("empty", detail)
-    return extract.Extracted(pages, "tesseract", warnings)
+        entries, warnings = _read(_job(path, None, 0, None, None, None), list(range(frames)),
+                                  render)
+    return [entries[i]["text"] if i in entries else "" for i in range(frames)], warnings
 
 
 # ----------------------------------------------------------------------------- smoke test
@@ -437,8 +423,7 @@ def smoke(path: Path) -> int:
     1 when Tesseract or a language pack is missing (the install message goes to stderr), 2
     when the file gave no text."""
     import pypdfium2 as pdfium
-
-    import extract
+    from PIL import UnidentifiedImageError
 
     path = Path(path)
     try:
@@ -447,7 +432,8 @@ def smoke(path: Path) -> int:
                   file=sys.stderr)
             return 1
         if path.suffix.lower() in IMAGE_SUFFIXES:
-            pages = ["\n".join(page) for page in extract_image(path).pages]
+            pages, warnings = read_image(path)
+            print(*warnings, sep="\n", file=sys.stderr)
         else:
             count = len(pdfium.PdfDocument(path.read_bytes()))
             result = mend_pdf(path, [""] * count, list(range(count)))
@@ -456,9 +442,9 @@ def smoke(path: Path) -> int:
     except OcrUnavailable as exc:
         print(f"linecite: OCR unavailable: {exc}", file=sys.stderr)
         return 1
-    except (extract.ExtractError, pdfium.PdfiumError, OSError) as exc:
+    except (pdfium.PdfiumError, UnidentifiedImageError, OSError) as exc:
         print(f"linecite: {exc}", file=sys.stderr)
-        return 1 if getattr(exc, "reason", "") == "ocr-unavailable" else 2
+        return 2
     for number, text in enumerate(pages, 1):
         print(f"--- page {number} ---\n{text}")
     return 0 if any(text.strip() for text in pages) else 2
