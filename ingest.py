@@ -393,7 +393,7 @@ class Indexer:
         if not lines:  # nothing any search could find: never a `ready` source
             self._fail(src, *_no_text(path, doc), summary)
             return
-        noise = extract.noise_lines(doc.pages)
+        noise = chunking.noise_lines(doc.pages)
         chunks = chunking.chunk_pages(name, doc.pages, noise, segment.tokens)
         warnings = doc.warnings + ([] if chunks else [_no_chunks_warning(lines)])
         fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, warnings)

@@ -13,6 +13,7 @@ from conftest import shared_path, text_pdf
 from fpdf import FPDF
 
 import benchmark
+import chunking
 import extract
 from extract import Extracted, ExtractError
 
@@ -67,7 +68,7 @@ def test_pdf_lines_land_on_their_page_and_line(report_pdf):
 
 
 def test_noise_marks_header_and_footer_of_generated_report(report_pdf):
-    assert extract.noise_lines(extract.extract(report_pdf).pages) == [{1, 7}] * 4
+    assert chunking.noise_lines(extract.extract(report_pdf).pages) == [{1, 7}] * 4
 
 
 def test_pdf_without_text_extracts_empty_pages(tmp_path):
@@ -361,12 +362,12 @@ def test_noise_page_numbers_with_offset_and_running_title():
     pages = numbered_pages(6, first_number=11)  # printed numbering starts at 11
     pages[2].insert(3, "42")  # a table's last figure sits just above the page number
     expected = [{1, 4}, {1, 4}, {1, 5}, {1, 4}, {1, 4}, {1, 4}]
-    assert extract.noise_lines(pages) == expected
+    assert chunking.noise_lines(pages) == expected
 
 
 def test_noise_needs_three_pages_to_call_a_line_running():
     pages = [["Same Header", "text a", "1"], ["Same Header", "text b", "2"]]
-    assert extract.noise_lines(pages) == [{3}, {3}]  # own page numbers yes, header no
+    assert chunking.noise_lines(pages) == [{3}, {3}]  # own page numbers yes, header no
 
 
 def test_noise_keeps_numbered_headings_and_code_listing_lines():
@@ -378,7 +379,7 @@ def test_noise_keeps_numbered_headings_and_code_listing_lines():
     pages += [
         [f"{p + 20} {op}", f"mov {NATO[p]}, 1", f"call {NATO[p]}"] for p, op in enumerate(listing)
     ]
-    assert extract.noise_lines(pages) == [set()] * 8
+    assert chunking.noise_lines(pages) == [set()] * 8
 
 
 def test_noise_headers_that_carry_the_page_number():
@@ -388,7 +389,7 @@ def test_noise_headers_that_carry_the_page_number():
             f"{p + 11} CHAPTER 1. INTRODUCTION" if p % 2 else f"1.3. ASSEMBLY LANGUAGE {p + 11}"
         )
         pages.append([header, f"Text of {NATO[p]}.", "", f"More {NATO[p]} text."])
-    assert extract.noise_lines(pages) == [{1}] * 8
+    assert chunking.noise_lines(pages) == [{1}] * 8
 
 
 def test_noise_roman_front_matter_then_arabic_body():
@@ -399,7 +400,7 @@ def test_noise_roman_front_matter_then_arabic_body():
         else [f"Cover {NATO[p]}"]
         for p, n in enumerate(numbers)
     ]
-    assert extract.noise_lines(pages) == [set(), set()] + [{3}] * 7
+    assert chunking.noise_lines(pages) == [set(), set()] + [{3}] * 7
 
 
 def test_noise_ignores_repeats_in_the_middle_of_pages():
@@ -407,17 +408,17 @@ def test_noise_ignores_repeats_in_the_middle_of_pages():
     pages = [[f"{w} {NATO[p]}" for w in words] for p in range(6)]
     for page in pages:
         page.insert(3, "See the table below.")
-    assert extract.noise_lines(pages) == [set()] * 6
+    assert chunking.noise_lines(pages) == [set()] * 6
 
 
 def test_noise_on_empty_pages_and_is_linear():
-    assert extract.noise_lines([[], [""], ["x"]]) == [set(), set(), set()]
+    assert chunking.noise_lines([[], [""], ["x"]]) == [set(), set(), set()]
     pages = [
         ["Header", *(f"line {k} of {NATO[p % 26]}" for k in range(40)), str(p + 1)]
         for p in range(5000)
     ]
     start = time.perf_counter()
-    noise = extract.noise_lines(pages)
+    noise = chunking.noise_lines(pages)
     assert time.perf_counter() - start < 5
     assert noise[4321] == {1, 42}
 
@@ -536,20 +537,20 @@ def test_corpus_every_file_extracts_or_fails_cleanly():
             assert "\n".join(page).splitlines() == page, path  # one newline convention
             assert not any(line != line.rstrip() for line in page), path
             assert not any(c < " " or "\x7f" <= c < "\xa0" for line in page for c in line), path
-        assert len(extract.noise_lines(result.pages)) == len(result.pages)
+        assert len(chunking.noise_lines(result.pages)) == len(result.pages)
 
 
 @pytest.mark.slow
 def test_corpus_book_page_numbers_are_noise():
     pages = extract.extract(shared_path("corpus", "pdf", "en", "DA-619p.pdf")).pages
-    noise = extract.noise_lines(pages)
+    noise = chunking.noise_lines(pages)
     assert all(n == {len(p)} and p[-1].isdigit() for p, n in zip(pages, noise, strict=True))
 
 
 @pytest.mark.slow
 def test_corpus_running_headers_are_noise_and_body_is_not():
     pages = extract.extract(shared_path("corpus", "pdf", "en", "pcasm-book.pdf")).pages
-    noise = extract.noise_lines(pages)
+    noise = chunking.noise_lines(pages)
     assert sum(1 for n in noise if n) > 0.8 * len(pages)
     assert all(len(n) <= 2 for n in noise)
     marked = {pages[p][i - 1] for p, n in enumerate(noise) for i in n}

@@ -124,7 +124,7 @@ def test_template_pdf_whose_pages_share_every_line_keeps_them_as_content(tmp_pat
     text_pdf([template] * 12).output(str(path))
     doc = extract.extract(path)
     assert all(page == template for page in doc.pages)
-    assert extract.noise_lines(doc.pages) == [set()] * 12
+    assert chunking.noise_lines(doc.pages) == [set()] * 12
     kb = bm25_kb(tmp_path / "base")
     summary = ingest.ingest(kb, [path])
     assert summary.chunks == 12 and summary.warnings == []
@@ -138,7 +138,7 @@ def test_running_headers_of_pages_with_a_body_are_still_noise():
             for p in range(6)]
     pages = [["ACME annual report", *lines, str(p + 1)] for p, lines in enumerate(body)]
     pages.append(["ACME annual report", "7"])  # a header-only page among bodied ones
-    noise = extract.noise_lines(pages)
+    noise = chunking.noise_lines(pages)
     assert noise[:6] == [{1, 7}] * 6 and noise[6] == {1, 2}
 
 
