@@ -12,7 +12,9 @@ PDF backends, in the order measured best on ../shared/corpus/pdf (figures in the
 pypdfium2 (fastest, keeps lines), then pdfminer.six (the only one that reads
 unreadablemetadata.pdf and the vertical Japanese of kampo.pdf), then pypdf. A later backend
 reads a whole file only when the earlier ones raise, and single pages only when a page came
-out as junk or lost its text. pdfium is not thread-safe: extract in processes, not threads.
+out as junk or lost its text. pdfium is not thread-safe, and the server extracts in threads
+(two `ingest_file` calls on different KBs): PDF extraction, OCR rendering included, holds
+PDFIUM_LOCK, so one PDF at a time per process.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 import time
 import unicodedata
 from collections.abc import Callable
@@ -473,6 +476,7 @@ def _lazy(module: str, function: str) -> Callable[[Path], Extracted]:
     return run
 
 
+PDFIUM_LOCK = threading.Lock()  # pdfium's globals are not thread-safe (see the docstring)
 EXTRACTORS: dict[str, Callable[[Path], Extracted]] = {".pdf": extract_pdf}
 EXTRACTORS.update({suffix: extract_text for suffix in TEXT_SUFFIXES})
 EXTRACTORS.update({".hwpx": _lazy("hwp", "extract_hwpx"), ".hwp": _lazy("hwp", "extract_hwp"),
@@ -499,7 +503,11 @@ def extract(path: Path) -> Extracted:
         known = ", ".join(sorted(EXTRACTORS))
         raise ExtractError("unsupported-format", f"{path.name}: only {known} files are indexed.")
     try:
-        result = extractor(path)
+        if extractor is extract_pdf:
+            with PDFIUM_LOCK:
+                result = extractor(path)
+        else:
+            result = extractor(path)
     except OSError as exc:  # locked by another program (Windows), no permission, vanished
         detail = f"{path} could not be read ({exc.strerror or exc}); close what holds it."
         raise ExtractError("not-found", detail) from exc

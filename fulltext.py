@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from operator import itemgetter
-from pathlib import Path
+from pathlib import Path, PurePath, PureWindowsPath
 
 from limits import MAX_QUERY_TOKENS
 
@@ -163,9 +163,27 @@ def _migrate(conn: sqlite3.Connection) -> None:
             f"({SCHEMA_VERSION}); update linecite"
         )
     for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
-        with conn:
+        # explicit: sqlite3 opens no transaction before DDL, so `with conn:` left a half-made
+        # schema at user_version 0 when a migration failed halfway (issue 14)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
             migration(conn)
             conn.execute(f"PRAGMA user_version = {number}")
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+
+
+def sqlite_uri(path: PurePath) -> str:
+    """A `file:` URI SQLite opens for an absolute path, UNC shares included. SQLite refuses any
+    URI authority but "" and "localhost", and `as_uri()` puts a share's server there
+    (`file://server/share/...`); with an empty authority the path keeps its two leading
+    slashes (`file:////server/share/...`), which Windows reads as the UNC path."""
+    uri = path.as_uri()
+    if isinstance(path, PureWindowsPath) and path.drive.startswith(("\\\\", "//")):
+        uri = "file://" + uri[len("file:"):]
+    return uri
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:
@@ -174,7 +192,7 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     then read as it is on disk, which is right for a folder nobody can write either."""
     if not path.exists():
         raise FileNotFoundError(f"no index at {path}; run `python ingest.py FILE` first")
-    uri = path.resolve().as_uri()
+    uri = sqlite_uri(path.resolve())
     conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()

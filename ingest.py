@@ -28,6 +28,7 @@ from pathlib import Path
 
 import fulltext
 import kb as kbmod
+import queue_runner
 from ocr import file_sha256 as sha256_file
 from pidlock import LockBusy, PidLock
 
@@ -102,19 +103,46 @@ def discover(targets: list[Path], source_name: str | None = None,
              skipped: list[dict] | None = None) -> Iterator[tuple[Path, str]]:
     """(file, source name) for each file to index: a file as named, a folder's files recursively.
 
-    A folder's files are named `<folder>/<relative path>` so two folders' `README.md` differ.
+    A folder's files are named `<prefix>/<relative path>` so two folders' `README.md` differ;
+    the prefix is the folder's name, made unique among `targets` (see folder_prefixes).
     Links that lead out of the folder are not followed; they go to `skipped`.
     """
+    roots = list(dict.fromkeys(t.resolve() for t in targets if t.is_dir()))
+    prefixes = folder_prefixes(roots)
     for target in targets:
         if target.is_dir():
             root = target.resolve()
-            for path in _files_in(root, skipped if skipped is not None else []):
-                yield path, f"{root.name}/{path.relative_to(root).as_posix()}"
+            prefix = prefixes.pop(root, None)
+            if prefix is None:  # the same folder named twice: its files once
+                continue
+            for path in _files_in(root, prefix, skipped if skipped is not None else []):
+                yield path, f"{prefix}/{path.relative_to(root).as_posix()}"
         else:
             yield target, source_name or target.name
 
 
-def _files_in(root: Path, skipped: list[dict]) -> list[Path]:
+def folder_prefixes(roots: list[Path]) -> dict[Path, str]:
+    """A source-name prefix per folder, unique by construction: its name, and for a folder
+    whose name an earlier one already took, as many parent folders as it takes (`docs`,
+    `y/docs`). Earlier means first in sourcePaths, so the prefixes stay the same from run to
+    run and a folder added at the end never renames the files of one already indexed.
+    Two `docs` folders once gave the same names: one file was never searchable and every
+    sync re-indexed the other (issue 14)."""
+    taken: list[str] = []
+    prefixes: dict[Path, str] = {}
+    for root in roots:
+        parts = list(root.parts[1:]) or [root.anchor]
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[-depth:])
+            if not any(prefix == t or prefix.startswith(t + "/") or t.startswith(prefix + "/")
+                       for t in taken):
+                break
+        taken.append(prefix)
+        prefixes[root] = prefix
+    return prefixes
+
+
+def _files_in(root: Path, prefix: str, skipped: list[dict]) -> list[Path]:
     """The supported files under `root` (resolved) whose real path lies inside it: the rule
     ingest_file applies, so a link in a synced folder cannot serve /etc/passwd. Linked folders
     (symlinks, junctions) are never descended into: one leading out, or a loop, could reach any
@@ -132,14 +160,15 @@ def _files_in(root: Path, skipped: list[dict]) -> list[Path]:
             if real is None or os.path.normcase(real) != os.path.normcase(folder):
                 folders.remove(name)
                 if real is not None:
-                    _skip_if_outside(root, folder, real, skipped)
+                    _skip_if_outside(root, prefix, folder, real, skipped)
         for name in files:
             path = Path(here, name)
             if _not_a_document(path):
                 continue
             real = _real(path) if path.is_symlink() else path
             if (extract.supported(path) and real is not None
-                    and not _skip_if_outside(root, path, real, skipped) and real.is_file()):
+                    and not _skip_if_outside(root, prefix, path, real, skipped)
+                    and real.is_file()):
                 found.append(path)
     return sorted(found)
 
@@ -168,12 +197,13 @@ def _real(path: Path) -> Path | None:
         return None
 
 
-def _skip_if_outside(root: Path, path: Path, real: Path, skipped: list[dict]) -> bool:
+def _skip_if_outside(root: Path, prefix: str, path: Path, real: Path,
+                     skipped: list[dict]) -> bool:
     """Report `path` in `skipped` when its real place `real` is outside `root`."""
     if real.is_relative_to(root):
         return False
     relative = path.relative_to(root).as_posix() + ("/" if real.is_dir() else "")
-    skipped.append({"path": str(path), "name": f"{root.name}/{relative}",
+    skipped.append({"path": str(path), "name": f"{prefix}/{relative}",
                     "reason": "outside-folder", "target": str(real),
                     "detail": f"{path} leads to {real}, outside {root}; it is not indexed "
                               "(copy the file into the folder to index it)"})
@@ -181,11 +211,16 @@ def _skip_if_outside(root: Path, path: Path, real: Path, skipped: list[dict]) ->
 
 
 def _changed(row, path: Path) -> bool:
-    """Whether a file differs from its indexed row: size and mtime first, SHA-256 to confirm."""
-    stat = path.stat()
-    if (row["size"], row["mtime"]) == (stat.st_size, stat.st_mtime):
-        return False
-    return row["sha256"] != sha256_file(path)
+    """Whether a file differs from its indexed row: size and mtime first, SHA-256 to confirm.
+    A file that vanished or cannot be read since it was found counts as changed, so
+    index_file records why for that one source instead of the whole sync stopping."""
+    try:
+        stat = path.stat()
+        if (row["size"], row["mtime"]) == (stat.st_size, stat.st_mtime):
+            return False
+        return row["sha256"] != sha256_file(path)
+    except OSError:
+        return True
 
 
 def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
@@ -246,7 +281,12 @@ class Indexer:
         except BaseException:
             self.lock.release()
             raise
-        self.store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
+        try:
+            self.store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
+        except BaseException:  # else the lock stayed held by this (live) process
+            self.conn.close()
+            self.lock.release()
+            raise
 
     def close(self) -> None:
         self.conn.close()
@@ -360,9 +400,8 @@ class Indexer:
         try:
             stat = path.stat()
         except OSError as err:
-            reason = "not-found" if isinstance(err, FileNotFoundError) else "unreadable"
-            self._fail(fulltext.SourceFile(name, str(path), "", 0, 0.0), reason,
-                       f"cannot open {path}: {err.strerror or err}; check the path", summary)
+            self._fail(fulltext.SourceFile(name, str(path), "", 0, 0.0), *_unreadable(path, err),
+                       summary)
             return
         row = fulltext.source_row(self.conn, name)
         known = not force and row is not None and row["state"] not in RETRY_STATES
@@ -374,8 +413,13 @@ class Indexer:
                                            stat.st_mtime), "too-large",
                        _too_large(path, stat.st_size, self.max_file_bytes), summary)
             return
-        src = fulltext.SourceFile(name, str(path.resolve()), sha256_file(path), stat.st_size,
-                                  stat.st_mtime)
+        try:
+            digest = sha256_file(path)
+        except OSError as err:  # deleted, locked or unreadable since it was found: this file
+            self._fail(fulltext.SourceFile(name, str(path.resolve()), "", stat.st_size,  # only
+                                           stat.st_mtime), *_unreadable(path, err), summary)
+            return
+        src = fulltext.SourceFile(name, str(path.resolve()), digest, stat.st_size, stat.st_mtime)
         if known and row["sha256"] == src.sha256:
             fulltext.touch_source(self.conn, name, src.size, src.mtime)
             summary.unchanged += 1
@@ -431,6 +475,14 @@ class Indexer:
         fulltext.set_all_pending(self.conn)
 
 
+def _unreadable(path: Path, err: OSError) -> tuple[str, str]:
+    """(reason, detail) for a file that vanished or could not be opened mid-run."""
+    if isinstance(err, FileNotFoundError):
+        return "not-found", f"{path} is gone ({err.strerror or err}); it was moved or deleted"
+    return "unreadable", (f"cannot read {path} ({err.strerror or err}); close the program "
+                          "holding it or fix its permissions, and run again")
+
+
 def _max_file_bytes() -> int:
     """LINECITE_MAX_FILE_MB in bytes. LINECITE_MAX_TEXT_CHARS is checked too, so a typo in
     either stops the run before any file is read, not halfway through."""
@@ -466,13 +518,22 @@ def _no_chunks_warning(lines: int) -> str:
 
 
 def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], progress: bool,
-         report: Report | None, reset_embeddings: bool = False) -> Summary:
+         report: Report | None, reset_embeddings: bool = False,
+         run: queue_runner.RunStatus | None = None) -> Summary:
     """Open the KB's writer, reconcile, do the work, and summarise. `reset_embeddings` drops
     every vector first: reconciling would embed pending chunks into the old model's
-    collection, and stop there, when the embedder has changed."""
+    collection, and stop there, when the embedder has changed. While it holds the writer lock
+    the run keeps the KB's status file (`run`: how it was started; see queue_runner), so
+    status reads show CLI runs too, and a killed one as interrupted."""
+    run = run or queue_runner.RunStatus(kb.folder, "api")
     summary = Summary(kb=kb.id)
-    indexer = Indexer(kb, progress=progress, report=report)
     try:
+        indexer = Indexer(kb, progress=progress, report=run.reporter(report))
+    except BaseException as err:
+        run.finish(error=err)
+        raise
+    try:
+        run.start()
         indexer.retokenize()
         if reset_embeddings:
             indexer.reset_embeddings()
@@ -481,13 +542,18 @@ def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], prog
         if warning := indexer.contexts.finish(indexer.conn):
             summary.warnings.append({"source": None, "warning": warning})
         summary.fulltext = {"path": str(kb.fulltext_path), **fulltext.counts(indexer.conn)}
+        run.finish(summary)
+    except BaseException as err:
+        run.finish(summary, err)
+        raise
     finally:
         indexer.close()
     return summary
 
 
 def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None = None,
-           force: bool = False, progress: bool = False, report: Report | None = None) -> Summary:
+           force: bool = False, progress: bool = False, report: Report | None = None,
+           run: queue_runner.RunStatus | None = None) -> Summary:
     """Index files and folders into a KB and return what happened. Raises SourceNameTaken,
     before any work, when a name already names another file's source."""
     skipped: list[dict] = []
@@ -498,7 +564,7 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
         summary.skipped += skipped
         indexer.index_all(files, summary, force)
 
-    return _run(kb, work, progress, report)
+    return _run(kb, work, progress, report, run=run)
 
 
 def _refuse_taken_names(kb: kbmod.KnowledgeBase, files: list[tuple[Path, str]]) -> None:
@@ -535,7 +601,8 @@ SCOPES = ("embedding", "contextualization", "full")  # each includes the ones be
 
 def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
          progress: bool = False, report: Report | None = None,
-         should_stop: Callable[[], bool] | None = None) -> Summary:
+         should_stop: Callable[[], bool] | None = None,
+         run: queue_runner.RunStatus | None = None) -> Summary:
     """Bring a KB in line with its sourcePaths folders.
 
     `full`: index new and changed files, drop deleted ones (force: re-extract every file).
@@ -570,10 +637,11 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
     # clears old contexts); with an LLM, only the chunks whose context changes are re-embedded
     no_llm = contextualize.contextualizer_for(kb.contextualizer) is None
     reset = scope == "embedding" or force or (scope == "contextualization" and no_llm)
-    return _run(kb, work, progress, report, reset_embeddings=reset)
+    return _run(kb, work, progress, report, reset_embeddings=reset, run=run)
 
 
-def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False) -> Summary:
+def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
+            run: queue_runner.RunStatus | None = None) -> Summary:
     """Rebuild both stores of a KB from its source files, for an index that is damaged.
 
     The old fulltext.sqlite3 (with its -wal and -shm) and the embedded chroma/ folder are
@@ -610,7 +678,7 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False) -> Summary:
             summary.skipped += plan.skipped
             indexer.index_all(plan.added + plan.modified, summary, force=True)
 
-    return _run(kb, work, progress, None)
+    return _run(kb, work, progress, None, run=run)
 
 
 def _move_aside(kb: kbmod.KnowledgeBase, stamp: str) -> None:
@@ -659,6 +727,18 @@ def _store_error(kb_id: str, index: Path, err: sqlite3.DatabaseError) -> str:
             "restore it from a backup")
 
 
+def _print_json(data: dict) -> None:
+    """The summary as readable UTF-8 where stdout takes it, else with \\u escapes: a Windows
+    console or pipe in cp1252 cannot encode a Korean file name, and the print raised
+    UnicodeEncodeError after the whole run had succeeded (issue 14). Both are the same JSON."""
+    text = json.dumps(data, ensure_ascii=False, indent=2)
+    try:
+        text.encode(sys.stdout.encoding or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        text = json.dumps(data, indent=2)
+    print(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["smoke-ocr"]:  # python ingest.py smoke-ocr FILE: is OCR working here?
@@ -697,15 +777,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to rebuild",
               file=sys.stderr)
         return 2
+    run = queue_runner.RunStatus(base / args.kb, "cli", "full", args.force)
     try:
         if args.rebuild:
-            summary = rebuild(kbmod.load(base, args.kb), progress=not args.quiet)
+            summary = rebuild(kbmod.load(base, args.kb), progress=not args.quiet, run=run)
         elif args.path is None:
             summary = sync(kbmod.open_or_create(base, args.kb), "full", force=args.force,
-                           progress=not args.quiet)
+                           progress=not args.quiet, run=run)
         else:
             summary = ingest(kbmod.open_or_create(base, args.kb), [args.path], args.source_name,
-                             force=args.force, progress=not args.quiet)
+                             force=args.force, progress=not args.quiet, run=run)
     except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError,
             SourceNameTaken) as err:
         print(f"linecite: {err}", file=sys.stderr)
@@ -718,7 +799,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"linecite: cannot write {err.filename} ({err.strerror}); make the KB folder "
               "writable, or close the program holding the file, and retry", file=sys.stderr)
         return 2
-    print(json.dumps(summary.__dict__, ensure_ascii=False, indent=2))
+    _print_json(summary.__dict__)
     return 1 if summary.failed and not summary.indexed and not summary.unchanged else 0
 
 

@@ -10,8 +10,11 @@ Files at the base folder (`--base-path`, else LINECITE_HOME, else the user data 
 - `orchestrator.lock`: the running orchestrator's PID lock (stale locks are taken over).
 - `logs/queue_runner.log`: what a detached orchestrator printed.
 `prune-orphans` prints `{"removed": [...], "failed": {kb: reason}}` and exits 1 on a failure.
-Per KB: `index-status.json` (status, progress, last run) and `.cancel`, which stops the
-running job at the next file boundary.
+Per KB: `index-status.json` and `.cancel`, which stops the running job at the next file
+boundary. Every indexing run (queued, `python ingest.py`, the `ingest_file` tool) writes the
+status file while it holds the KB's `.writer.lock`: `running` with its pid and progress at the
+start, `last_run` (counts, errors, how it was started) at the end, under `.status.lock`.
+`live_status` reads it against the lock's live holder, so a killed run shows `interrupted`.
 
 Scopes nest: full ⊃ contextualization ⊃ embedding. A request for a KB that already waits in
 the queue upgrades that entry to the wider scope instead of adding a second one.
@@ -25,7 +28,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +40,8 @@ from pidlock import LockBusy, PidLock
 QUEUE_FILE = "reindex-queue.json"
 SCOPE_RANK = {"embedding": 0, "contextualization": 1, "full": 2}
 STATUS_FILE = "index-status.json"
+STATUS_LOCK = ".status.lock"  # per KB: one status writer at a time (read, change, replace)
+WRITER_LOCK = ".writer.lock"  # per KB: held by the one process indexing it (ingest.Indexer)
 CANCEL_FILE = ".cancel"
 QUEUE_LOCK_WAIT = 10.0  # seconds to wait for another writer of the queue file
 PROGRESS_EVERY = 0.5  # seconds between progress writes to index-status.json
@@ -98,9 +103,9 @@ def read_json(path: Path, default: dict) -> dict:
 # the queue file
 
 @contextmanager
-def locked_entries(base: Path) -> Iterator[list[dict]]:
-    """The queue's entries, to read and change; written back atomically when the block ends."""
-    lock = PidLock(base / "queue.lock", "a queue update")
+def _briefly_held(path: Path, purpose: str) -> Iterator[None]:
+    """Hold a lock kept for milliseconds by each holder, waiting up to QUEUE_LOCK_WAIT for it."""
+    lock = PidLock(path, purpose)
     deadline = time.monotonic() + QUEUE_LOCK_WAIT
     while True:
         try:
@@ -111,11 +116,18 @@ def locked_entries(base: Path) -> Iterator[list[dict]]:
                 raise
             time.sleep(0.05)
     try:
+        yield
+    finally:
+        lock.release()
+
+
+@contextmanager
+def locked_entries(base: Path) -> Iterator[list[dict]]:
+    """The queue's entries, to read and change; written back atomically when the block ends."""
+    with _briefly_held(base / "queue.lock", "a queue update"):
         entries = read_json(base / QUEUE_FILE, {"entries": []}).get("entries", [])
         yield entries
         write_json_atomic(base / QUEUE_FILE, {"entries": entries})
-    finally:
-        lock.release()
 
 
 def entries(base: Path) -> list[dict]:
@@ -189,7 +201,103 @@ def read_status(kb_folder: Path) -> dict:
 
 
 def update_status(kb_folder: Path, **fields) -> None:
-    write_json_atomic(kb_folder / STATUS_FILE, {**read_status(kb_folder), **fields})
+    """Change some fields; under the status lock, so a writer never undoes another's change."""
+    kb_folder.mkdir(parents=True, exist_ok=True)
+    with _briefly_held(kb_folder / STATUS_LOCK, "a status update"):
+        write_json_atomic(kb_folder / STATUS_FILE, {**read_status(kb_folder), **fields})
+
+
+def _error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"[:500]
+
+
+class RunStatus:
+    """One indexing run's record in the KB's status file. The run's writer-lock holder calls
+    `start` once it holds the lock and `finish` once at the end, before letting the lock go;
+    a run that never got the lock records only its `last_run`, leaving a live holder's own
+    status alone."""
+
+    def __init__(self, kb_folder: Path, started_by: str, scope: str | None = None,
+                 force: bool = False):
+        self.folder = kb_folder
+        self.record = {"started_by": started_by, "pid": os.getpid(), "scope": scope,
+                       "force": force, "started_at": _now()}
+        self.started = self.finished = False
+        self._written = 0.0  # monotonic time of the last progress write
+
+    def start(self) -> None:
+        self.record["started_at"] = _now()
+        update_status(self.folder, status="running", progress={"current": 0, "total": 0,
+                                                                "file": None}, **self.record)
+        self.started = True
+
+    def reporter(self, forward: Callable[[int, int, str], None] | None):
+        """A progress callback that writes the status file (at most every PROGRESS_EVERY s)
+        and passes each call on to `forward` (the MCP client's progress)."""
+
+        def report(done: int, total: int, message: str) -> None:
+            if forward is not None:
+                forward(done, total, message)
+            if self.started and (time.monotonic() - self._written >= PROGRESS_EVERY
+                                 or done == total):
+                self._written = time.monotonic()
+                try:
+                    update_status(self.folder, progress={"current": done, "total": total,
+                                                         "file": message})
+                except (OSError, LockBusy):  # progress is best effort: never stop the run
+                    pass
+
+        return report
+
+    def finish(self, summary=None, error: BaseException | None = None) -> None:
+        """Record how the run ended (once; later calls do nothing)."""
+        if self.finished:
+            return
+        self.finished = True
+        last = {**self.record, "ok": error is None, "finished_at": _now()}
+        if summary is not None:
+            last.update(cancelled=summary.cancelled, errors=summary.failed,
+                        counts={k: getattr(summary, k) for k in ("indexed", "unchanged",
+                                                                 "deleted", "embedded",
+                                                                 "chunks", "pages")})
+        if error is not None:
+            last["error"] = _error_text(error)
+        if not self.folder.is_dir():  # the KB is gone: nothing to record into
+            return
+        if self.started or PidLock(self.folder / WRITER_LOCK, "").holder() is None:
+            update_status(self.folder, status="idle" if error is None else "failed",
+                          progress=None, last_run=last)
+        else:  # another process is indexing this KB: its status stays, ours is noted
+            update_status(self.folder, last_run=last)
+
+
+def live_status(base: Path, kb_id: str) -> dict:
+    """The KB's indexing status as it is now, from the live holder of its writer lock and the
+    queue, not from what a run last wrote: `running` (pid, started_by, progress) while any
+    process indexes it, a CLI run included; `interrupted` when a run recorded `running` but
+    its process is gone (killed, crashed); `queued`; else `idle` or `failed` (last run).
+    `last_run` is the last finished run's record."""
+    folder = base / kb_id
+    recorded = read_status(folder)
+    place = position(entries(base), kb_id)
+    info = {"status": recorded.get("status", "idle"), "pid": None, "started_by": None,
+            "started_at": None, "progress": None, "queue_position": place,
+            "last_run": recorded.get("last_run")}
+    same_run = {k: recorded.get(k) for k in ("pid", "started_by", "started_at", "progress")}
+    holder = PidLock(folder / WRITER_LOCK, "").holder()
+    if holder is not None:
+        mine = recorded.get("status") == "running" and recorded.get("pid") == holder.get("pid")
+        info.update(same_run if mine else {}, status="running", pid=holder.get("pid"),
+                    purpose=holder.get("purpose"))
+    elif place == 0 and (boss := orchestrator(base)) is not None:
+        info.update(status="running", pid=boss.get("pid"), started_by="queue")  # starting
+    elif recorded.get("status") == "running" or place == 0:
+        info.update(same_run, status="interrupted", detail=(
+            "the indexing run stopped before it finished (its process is gone); the next run "
+            "completes it: start_reindex, or `python ingest.py --kb " + kb_id + "`"))
+    elif place is not None:
+        info["status"] = "queued"
+    return info
 
 
 def orchestrator(base: Path) -> dict | None:
@@ -253,36 +361,22 @@ def start_orchestrator(base: Path) -> dict:
 # the orchestrator
 
 def run_entry(base: Path, entry: dict) -> None:
+    """Run one queued job. Whatever it raises ends as its recorded result (`failed`, with the
+    reason); before, only five exception types did, and any other one killed the drain and
+    left the status `running` for good (issue 14)."""
     import ingest
 
     folder = base / entry["kb_id"]
     cancel = folder / CANCEL_FILE
     cancel.unlink(missing_ok=True)
-    update_status(folder, status="running", started_at=_now(), scope=entry["scope"],
-                  progress={"current": 0, "total": 0, "file": None})
-    last_write = 0.0
-
-    def report(done: int, total: int, message: str) -> None:
-        nonlocal last_write
-        if time.monotonic() - last_write >= PROGRESS_EVERY or done == total:
-            last_write = time.monotonic()
-            update_status(folder, progress={"current": done, "total": total, "file": message})
-
-    run = {"scope": entry["scope"], "force": entry["force"], "started_at": read_status(folder)
-           .get("started_at")}
+    run = RunStatus(folder, "queue", entry["scope"], entry["force"])
     try:
         kb = kbmod.load(base, entry["kb_id"])
-        summary = ingest.sync(kb, entry["scope"], entry["force"], report=report,
-                              should_stop=cancel.exists)
-        run.update(ok=True, cancelled=summary.cancelled,
-                   counts={k: getattr(summary, k) for k in ("indexed", "unchanged", "deleted",
-                                                            "embedded", "chunks", "pages")},
-                   errors=summary.failed)
-    except (kbmod.ConfigError, LockBusy, ingest.EmbedderUnavailable, FileNotFoundError,
-            ValueError) as err:
-        run.update(ok=False, error=str(err))
-    cancel.unlink(missing_ok=True)
-    update_status(folder, status="idle", progress=None, last_run={**run, "finished_at": _now()})
+        ingest.sync(kb, entry["scope"], entry["force"], should_stop=cancel.exists, run=run)
+    except Exception as err:  # the job's failure, not the orchestrator's
+        run.finish(error=err)
+    finally:
+        cancel.unlink(missing_ok=True)
 
 
 def drain(base: Path, sweep_all: bool = False) -> int:
@@ -299,6 +393,9 @@ def drain(base: Path, sweep_all: bool = False) -> int:
             print(f"linecite: {entry['scope']} reindex of {entry['kb_id']!r}", file=sys.stderr)
             try:
                 run_entry(base, entry)
+            except Exception as err:  # not even its result could be written
+                print(f"linecite: reindex of {entry['kb_id']!r} failed and its status could "
+                      f"not be recorded: {_error_text(err)}", file=sys.stderr)
             finally:
                 _finish(base, entry)
     finally:

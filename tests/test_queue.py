@@ -215,3 +215,47 @@ async def test_agent_round_trip_reindex_poll_and_search(tmp_path):
     while queue_runner.orchestrator(base) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)  # the orchestrator exits once the queue is empty
     assert queue_runner.orchestrator(base) is None
+
+
+def test_a_job_that_raises_is_recorded_failed_and_the_drain_runs_the_next_kb(tmp_path):
+    # issue 14: run_entry caught five exception types; a SchemaError killed the drain, the
+    # status stayed `running` for good and the next queued KB never ran
+    base = tmp_path / "base"
+    write_docs(tmp_path / "a" / "docs", 1)
+    write_docs(tmp_path / "b" / "docs", 2)
+    broken = make_kb(base, "broken", tmp_path / "a" / "docs")
+    fine = make_kb(base, "fine", tmp_path / "b" / "docs")
+    raw = sqlite3.connect(broken.fulltext_path)
+    raw.execute("PRAGMA user_version = 99")  # written by a "newer linecite": SchemaError
+    raw.close()
+    queue_runner.enqueue(base, "broken", "full", False, False)
+    queue_runner.enqueue(base, "fine", "full", False, False)
+    proc = run_orchestrator(base)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    failed = queue_runner.read_status(broken.folder)
+    assert failed["status"] == "failed" and failed["last_run"]["ok"] is False
+    assert "SchemaError" in failed["last_run"]["error"] and "update linecite" in \
+        failed["last_run"]["error"]
+    assert failed["last_run"]["started_by"] == "queue"
+    done = queue_runner.read_status(fine.folder)
+    assert done["status"] == "idle" and done["last_run"]["ok"] is True
+    assert done["last_run"]["counts"]["indexed"] == 2
+    assert queue_runner.entries(base) == []
+    assert queue_runner.live_status(base, "broken")["status"] == "failed"
+
+
+def test_an_unexpected_error_in_run_entry_is_recorded_not_raised(tmp_path, monkeypatch):
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 1)
+    kb = make_kb(base, "notes", docs)
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("disk gremlin")
+
+    monkeypatch.setattr(ingest.Indexer, "reconcile", explode)
+    queue_runner.run_entry(base, {"kb_id": "notes", "scope": "full", "force": False})
+    status = queue_runner.read_status(kb.folder)
+    assert status["status"] == "failed" and status["progress"] is None
+    assert status["last_run"]["error"] == "RuntimeError: disk gremlin"
+    assert not (kb.folder / queue_runner.WRITER_LOCK).exists()  # the lock was given back
