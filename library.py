@@ -171,7 +171,7 @@ class Library:
                 out.append({"id": kb_id, "status": status, "error": str(err)})
                 continue
             item = {"id": kb.id, "name": kb.name, "counts": counts,
-                    "status": "degraded" if problem else _status(counts),
+                    "status": "degraded" if problem else self._status(kb.id, counts),
                     "embedder": _provider(kb)}
             if problem:
                 item["error"] = problem
@@ -249,6 +249,7 @@ class Library:
         """Index one file. A refused call changes nothing on disk: an agent's typo in kb_id
         must not leave a new KB behind (with two KBs, every call without kb_id would fail)."""
         import ingest
+        import queue_runner
 
         check_text(path, "path", limits.MAX_PATH_CHARS)
         check_text(source_name, "source_name", limits.MAX_NAME_CHARS)
@@ -266,7 +267,8 @@ class Library:
         target = allowed_path(path, kb)
         kb = kbmod.open_or_create(self.base, kb.id)
         try:
-            summary = ingest.ingest(kb, [target], source_name or None, report=report)
+            summary = ingest.ingest(kb, [target], source_name or None, report=report,
+                                    run=queue_runner.RunStatus(kb.folder, "ingest_file"))
         except (LockBusy, ingest.EmbedderUnavailable, ingest.SourceNameTaken) as err:
             raise UserError(str(err)) from None  # wait and retry, or pick another name
         except sqlite3.DatabaseError as err:
@@ -294,20 +296,11 @@ class Library:
         import queue_runner
 
         kb_id = self.resolve(kb_id)
-        folder = self.base / kb_id
-        status = queue_runner.read_status(folder)
-        position = queue_runner.position(queue_runner.entries(self.base), kb_id)
-        state = status.get("status", "idle")
-        if state == "running" and queue_runner.orchestrator(self.base) is None:
-            state = "interrupted"  # the orchestrator died; the next start resumes this KB
-        elif state != "running" and position is not None:
-            state = "queued"
-        info = {"kb_id": kb_id, "status": state, "progress": status.get("progress"),
-                "queue_position": position, "last_run": status.get("last_run")}
-        if (folder / fulltext.FILENAME).exists():
+        # from the writer lock's live holder (a CLI run too) and the queue, not a stale file
+        info = {"kb_id": kb_id, **queue_runner.live_status(self.base, kb_id)}
+        if (self.base / kb_id / fulltext.FILENAME).exists():
             with self.reading(kb_id) as entry:
-                with entry.lock:
-                    self._searcher(entry)  # opens the vector store and checks its count
+                self._searcher(entry)  # opens the vector store and checks its count
                 info.update(index_health(entry))
         return info
 
@@ -332,6 +325,17 @@ class Library:
                 "next": "start_reindex(kb_id) applies these changes"}
 
     # -- helpers -------------------------------------------------------------------
+    def _status(self, kb_id: str, counts: dict) -> str:
+        """empty, indexing (a live run holds the KB), incomplete (chunks wait for vectors and
+        nothing runs: the next run finishes them) or ready."""
+        import queue_runner
+
+        if not counts.get("sources"):
+            return "empty"
+        if queue_runner.live_status(self.base, kb_id)["status"] == "running":
+            return "indexing"
+        return "incomplete" if counts.get("pending") else "ready"
+
     def _source_name(self, kb_id: str, source: str) -> str:
         """The source's name as indexed: the name itself, or a file name that names exactly
         one source (`dmca.pdf` for `docs/pdf/dmca.pdf`); else an error with close names."""
@@ -541,12 +545,6 @@ def _line_json(piece) -> dict:
         line["line_chars"] = piece.length
         line["next_char_offset"] = piece.offset + len(piece.text)
     return line
-
-
-def _status(counts: dict) -> str:
-    if not counts.get("sources"):
-        return "empty"
-    return "indexing" if counts.get("pending") else "ready"
 
 
 def _store_for(kb: kbmod.KnowledgeBase):

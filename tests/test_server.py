@@ -408,6 +408,12 @@ async def test_search_while_the_cli_indexes_and_after(stdio, corpus):
     finally:
         cli.kill()  # as kill -9 would: the next run finishes the job
         cli.wait()
+    # regression: after the run died, list_knowledge_bases said "indexing" and get_index_info
+    # "idle"; both come from the writer lock's live holder now
+    kbs = (await call(stdio, "list_knowledge_bases"))["knowledge_bases"]
+    assert kbs[0]["status"] == "incomplete"
+    info = await call(stdio, "get_index_info")
+    assert info["status"] == "interrupted" and "ingest.py" in info["detail"]
     summary = ingest_cli(str(corpus.docs / "busy.txt"), base=corpus.base)
     assert summary["embedded"] >= 1 and summary["fulltext"]["pending"] == 0
     hits = (await call(stdio, "search", query="orrery calibration", search_mode="vector",
