@@ -596,7 +596,6 @@ def _is_other_file(indexed: str | None, path: Path) -> bool:
         return True
 
 
-SCOPES = ("embedding", "contextualization", "full")  # each includes the ones before it
 
 
 def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
@@ -613,8 +612,8 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
     """
     import contextualize
 
-    if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+    if scope not in kbmod.SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(kbmod.SCOPES)}, not {scope!r}")
     if scope == "full" and not kb.source_paths:
         raise kbmod.ConfigError(f"knowledge base {kb.id!r} has no folders to sync; add them to "
                                 f"'sourcePaths' in {kb.folder / 'config.json'}, or index a "

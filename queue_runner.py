@@ -38,7 +38,7 @@ from pidlock import LockBusy, PidLock
 
 # ---------------------------------------------------------------------------
 QUEUE_FILE = "reindex-queue.json"
-SCOPE_RANK = {"embedding": 0, "contextualization": 1, "full": 2}
+SCOPE_RANK = {scope: rank for rank, scope in enumerate(kbmod.SCOPES)}
 STATUS_FILE = "index-status.json"
 STATUS_LOCK = ".status.lock"  # per KB: one status writer at a time (read, change, replace)
 WRITER_LOCK = ".writer.lock"  # per KB: held by the one process indexing it (ingest.Indexer)

@@ -217,7 +217,7 @@ async def ingest_file(
 async def start_reindex(
     ctx: Context,
     kb_id: KbId = None,
-    scope: Annotated[Literal["full", "contextualization", "embedding"], Field(
+    scope: Annotated[Literal[kbmod.SCOPES], Field(
         description="full: sync the KB's folders (new, changed and deleted files), then "
                     "contextualize and embed what is new; contextualization: redo every "
                     "chunk's context and embedding from the stored text (no file is read "
