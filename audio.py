@@ -415,6 +415,9 @@ def _fetch(model: str) -> int:
         print(f"linecite: {_no_engine_message('faster-whisper')}", file=sys.stderr)
         return 1
     name = model or resolve_model(_STATE.settings)[0]
+    if Path(name).is_dir():
+        print(f"linecite: using the local model folder {name}", file=sys.stderr)
+        return 0
     print(f"linecite: fetching the Whisper model {name!r} (once)", file=sys.stderr)
     try:
         print(download_model(name))
