@@ -1,10 +1,11 @@
 """Turn one document into pages of raw lines: the unit every citation points at.
 
 Reads one file (PDF, TXT/MD in any common encoding, and through the modules it registers:
-DOCX/XLSX/PPTX, HWPX/HWP, OFD, images); writes only the OCR cache (ocr.py). `extract(path)`
-returns `Extracted(pages, parser)`: each page is a list of lines, and a line number is the
-1-based index into that page's text split on "\\n". `ingest.py` stores these lines as they are
-and `read_range` serves them back, so the numbering made here is the numbering everywhere.
+DOCX/XLSX/PPTX, HWPX/HWP, OFD, images, audio); writes only the OCR and transcript caches
+(ocr.py, audio.py). `extract(path)` returns `Extracted(pages, parser)`: each page is a list of
+lines, and a line number is the 1-based index into that page's text split on "\\n".
+`ingest.py` stores these lines as they are and `read_range` serves them back, so the
+numbering made here is the numbering everywhere.
 A file that cannot be read raises `ExtractError(reason, detail)`, never anything else.
 Speed: `python benchmark.py extract`.
 
@@ -48,7 +49,7 @@ TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
 # about 0.7 GB at the cap, twice that for CJK (Python keeps 2 bytes a character for it).
 
 REASONS = ("not-found", "unsupported-format", "password-protected", "corrupt", "empty", "binary",
-           "too-large", "ocr-unavailable")
+           "too-large", "ocr-unavailable", "audio-unavailable")
 
 
 @dataclass
@@ -485,6 +486,8 @@ EXTRACTORS.update({".hwpx": _lazy("hwp", "extract_hwpx"), ".hwp": _lazy("hwp", "
                    ".pptx": _lazy("office", "extract_pptx")})
 EXTRACTORS.update(dict.fromkeys((".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"),
                                 extract_image))  # = ocr.IMAGE_SUFFIXES
+EXTRACTORS.update(dict.fromkeys((".mp3", ".wav", ".m4a", ".ogg", ".flac", ".webm", ".mp4"),
+                                _lazy("audio", "extract_audio")))  # = audio.AUDIO_SUFFIXES
 
 
 def supported(path: Path) -> bool:

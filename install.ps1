@@ -9,6 +9,8 @@
 .EXAMPLE
     powershell -ExecutionPolicy Bypass -File .\install.ps1 -ConfigureClaude
 .EXAMPLE
+    powershell -ExecutionPolicy Bypass -File .\install.ps1 -WithAudio
+.EXAMPLE
     powershell -ExecutionPolicy Bypass -File .\install.ps1 -Stop
 .EXAMPLE
     powershell -ExecutionPolicy Bypass -File .\install.ps1 -SelfTest
@@ -31,6 +33,8 @@ param(
     [switch]$ConfigureClaude,
     # also install Tesseract OCR through winget and check its Korean and Chinese data
     [switch]$WithOcr,
+    # also install faster-whisper and fetch its Whisper model, so recordings are transcribed
+    [switch]$WithAudio,
     # stop the background server and exit
     [switch]$Stop,
     # check this machine (Python, venv, server start/stop, Claude config, base folder) and exit
@@ -549,6 +553,24 @@ if ($WithOcr) {
     } elseif ($script:Changed) {
         Write-Warning2 'Tesseract was installed but tesseract.exe was not found; open a new PowerShell window and run this again'
     }
+}
+
+# -- 5b. audio transcription (optional) --------------------------------------------------------
+# faster-whisper stays out of requirements.txt (~50 MB of wheels plus a model download only users
+# with recordings want); without it a recording ends needs_action naming this switch.
+if ($WithAudio) {
+    Write-Step 'Installing the audio engine (faster-whisper) and fetching its Whisper model'
+    $audioReqs = Join-Path $Here 'requirements-audio.txt'
+    $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $audioReqs)
+    if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
+        Stop-Install ('pip could not install requirements-audio.txt (see above). If it names a file in use ' +
+            '(WinError 5 or 32), quit Claude Desktop from its tray icon and other MCP hosts, then run this again.')
+    }
+    if ((Invoke-Native $VenvPy @((Join-Path $Here 'audio.py'), 'fetch')) -ne 0) {
+        Write-Warning2 ('the Whisper model was not fetched now; linecite fetches it with the first recording, ' +
+            'or set LINECITE_WHISPER_MODEL to a local model folder')
+    }
+    $script:Changed = $true
 }
 
 # -- 6. Claude Desktop config (optional) ----------------------------------------------------------

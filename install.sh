@@ -22,6 +22,7 @@ LAUNCH=1
 INSTALL=1
 CLAUDE=0
 OCR=0
+AUDIO=0
 STOP=0
 CHANGED=0  # set when a step changed something; 0 at the end means "nothing to do"
 
@@ -34,6 +35,7 @@ Usage: bash install.sh [options]
   --skip-install      start the server only (the venv must exist)
   --configure-claude  add linecite to Claude Desktop's config (backed up first)
   --with-ocr          also install Tesseract with Korean and Chinese data
+  --with-audio        also install faster-whisper and fetch its Whisper model (recordings)
   --stop              stop the background server and exit
 Base folder: $LINECITE_HOME if set, else the user data folder.
 EOF
@@ -54,6 +56,7 @@ while [ $# -gt 0 ]; do
         --skip-install) INSTALL=0 ;;
         --configure-claude) CLAUDE=1 ;;
         --with-ocr) OCR=1 ;;
+        --with-audio) AUDIO=1 ;;
         --stop) STOP=1 ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; die "unknown option: $1" ;;
@@ -257,6 +260,19 @@ if [ "$OCR" = 1 ]; then
             fi
         fi
     fi
+fi
+
+# -- 5b. audio transcription (optional) ------------------------------------------------------
+# faster-whisper stays out of requirements.txt: ~250 MB installed plus a model download that
+# only users with recordings want. Without it a recording ends needs_action naming this switch.
+if [ "$AUDIO" = 1 ]; then
+    step "Installing the audio engine (faster-whisper) and fetching its Whisper model"
+    "$VENV_PY" -m pip install --disable-pip-version-check -r "$HERE/requirements-audio.txt" ||
+        die "pip could not install requirements-audio.txt (see above)"
+    "$VENV_PY" "$HERE/audio.py" fetch ||
+        warn "the Whisper model was not fetched now; linecite fetches it with the first" \
+             "recording, or set LINECITE_WHISPER_MODEL to a local model folder"
+    CHANGED=1
 fi
 
 # -- 6. Claude Desktop config (optional) -----------------------------------------------------

@@ -107,6 +107,7 @@ class KnowledgeBase:
     embedding: dict = field(default_factory=lambda: {"provider": "builtin"})
     chroma_url: str | None = None
     contextualizer: dict = field(default_factory=dict)  # {} = provider none
+    audio: dict = field(default_factory=dict)  # {} = faster-whisper, model from the machine
 
     @property
     def fulltext_path(self) -> Path:
@@ -163,7 +164,7 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
                          else f"{path}: field 'chromaUrl'")
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
                          data.get("sourcePaths") or [], embedding, url,
-                         data.get("contextualizer") or {})
+                         data.get("contextualizer") or {}, data.get("audio") or {})
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -194,6 +195,7 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
         raise ConfigError(f"{path}: field 'sourcePaths' must hold folder paths as strings")
     _validate_embedding(data.get("embedding") or {}, path)
     _validate_contextualizer(data.get("contextualizer") or {}, path)
+    _validate_audio(data.get("audio") or {}, path)
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
@@ -239,6 +241,26 @@ def _validate_contextualizer(block: dict, path: Path) -> None:
         if value is not None and not low <= value <= high:
             raise ConfigError(f"{path}: field 'contextualizer.{name}' must be {low}-{high}, "
                               f"not {value}")
+
+
+def _validate_audio(block: dict, path: Path) -> None:
+    """Check the `audio` block against audio.CONFIG_FIELDS: engine, device, language, threads."""
+    import audio
+
+    _check_fields("audio", block, audio.CONFIG_FIELDS, path)
+    choices = {"engine": audio.ENGINES, "device": audio.DEVICES}
+    for name, known in choices.items():
+        if block.get(name) is not None and block[name] not in known:
+            raise ConfigError(f"{path}: field 'audio.{name}' is {block[name]!r}; use one of "
+                              f"{', '.join(known)}")
+    language = block.get("language")
+    if language is not None and not re.fullmatch(r"auto|[a-z]{2,3}", language):
+        raise ConfigError(f"{path}: field 'audio.language' must be \"auto\" or a language code "
+                          f"such as \"en\", \"zh\" or \"ko\", not {language!r}")
+    threads = block.get("threads")
+    if threads is not None and not 0 <= threads <= audio.MAX_THREADS:
+        raise ConfigError(f"{path}: field 'audio.threads' must be 0-{audio.MAX_THREADS}, not "
+                          f"{threads}")
 
 
 def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> None:

