@@ -79,12 +79,17 @@ class Transcript:
 
 @dataclass
 class _State:
-    settings: Settings = field(default_factory=Settings)
     models: dict = field(default_factory=dict)  # (engine, model, device, threads) -> loaded
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 _STATE = _State()
+_KB_SETTINGS = threading.local()  # per thread: two KBs may index at once in server threads
+
+
+def current_settings() -> Settings:
+    """The `audio` settings configure() set in this thread (the defaults before it ran)."""
+    return getattr(_KB_SETTINGS, "settings", None) or Settings()
 
 
 def install_command(platform: str = sys.platform) -> str:
@@ -95,8 +100,9 @@ def install_command(platform: str = sys.platform) -> str:
 def configure(block: dict | None) -> Settings:
     """Use a KB's `audio` block (kb.py has validated it) for the recordings indexed next."""
     block = block or {}
-    _STATE.settings = Settings(**{k: block[k] for k in CONFIG_FIELDS if block.get(k) is not None})
-    return _STATE.settings
+    _KB_SETTINGS.settings = Settings(**{k: block[k] for k in CONFIG_FIELDS
+                                        if block.get(k) is not None})
+    return _KB_SETTINGS.settings
 
 
 # ----------------------------------------------------------------------------- model choice
@@ -339,7 +345,7 @@ def transcribe(path: Path, settings: Settings | None = None,
     were transcribed before; else by the engine, then cached. Raises AudioUnavailable."""
     import ocr
 
-    settings = settings or _STATE.settings
+    settings = settings or current_settings()
     model, note = resolve_model(settings)
     language = (settings.language or "auto").lower()
     target = cache_path(sha256 or ocr.file_sha256(path), settings.engine, model, language)
@@ -366,7 +372,7 @@ def extract_audio(path: Path):
         raise extract.ExtractError("too-large", f"{path.name} runs {duration / 3600:.1f} h, "
                                                 f"past the {MAX_SECONDS // 3600} h limit per "
                                                 "recording; split it and index the parts")
-    settings = _STATE.settings
+    settings = current_settings()
     try:
         found = transcribe(path, settings)
     except AudioUnavailable as exc:
@@ -414,7 +420,7 @@ def _fetch(model: str) -> int:
     except ImportError:
         print(f"linecite: {_no_engine_message('faster-whisper')}", file=sys.stderr)
         return 1
-    name = model or resolve_model(_STATE.settings)[0]
+    name = model or resolve_model(current_settings())[0]
     if Path(name).is_dir():
         print(f"linecite: using the local model folder {name}", file=sys.stderr)
         return 0

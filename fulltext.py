@@ -59,7 +59,8 @@ class SourceFile:
     mtime: float
 
 
-NEEDS_ACTION = ("password-protected", "ocr-unavailable", "too-large")  # the user can fix these
+NEEDS_ACTION = ("password-protected", "ocr-unavailable", "audio-unavailable",
+                "too-large")  # the user can fix these
 
 
 class SchemaError(RuntimeError):

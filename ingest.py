@@ -265,12 +265,14 @@ class Indexer:
 
     def __init__(self, kb: kbmod.KnowledgeBase, progress: bool = False,
                  report: Report | None = None):
+        import audio
         import chroma_store
         import contextualize
         import segment
 
         self.max_file_bytes = _max_file_bytes()
         self.contexts = contextualize.Step(kb.contextualizer, segment.tokens)
+        audio.configure(kb.audio)  # the KB's `audio` block, for the recordings of this run
         self.kb = kb
         self.progress = progress
         self.report = report
@@ -434,12 +436,13 @@ class Indexer:
                        "may be damaged: re-save it, and report it if it opens elsewhere", summary)
             return
         lines = sum(len(page) for page in doc.pages)
-        if not lines:  # nothing any search could find: never a `ready` source
+        no_speech = any(w.startswith("no speech:") for w in doc.warnings)  # a silent recording
+        if not lines and not no_speech:  # nothing any search could find: never `ready`
             self._fail(src, *_no_text(path, doc), summary)
             return
         noise = chunking.noise_lines(doc.pages)
         chunks = chunking.chunk_pages(name, doc.pages, noise, segment.tokens)
-        warnings = doc.warnings + ([] if chunks else [_no_chunks_warning(lines)])
+        warnings = doc.warnings + ([] if chunks or no_speech else [_no_chunks_warning(lines)])
         fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, warnings)
         summary.warnings += [{"source": name, "warning": w} for w in warnings]
         summary.indexed += 1

@@ -219,8 +219,6 @@ def test_without_an_engine_the_error_names_the_install_command(no_engine):
     assert audio.install_command("win32") == r".\install.ps1 -WithAudio"
 
 
-@pytest.mark.xfail("audio-unavailable" not in fulltext.NEEDS_ACTION, strict=True,
-                   reason="needs 'audio-unavailable' in fulltext.NEEDS_ACTION (see the report)")
 def test_without_an_engine_a_recording_needs_action(tmp_path, no_engine):
     summary = ingest.ingest(make_kb(tmp_path), [shared_path(*AUDIO, "en", "whisper", "jfk.flac")])
     assert [(f["state"], f["reason"]) for f in summary.failed] == \
@@ -270,8 +268,6 @@ def test_no_speech_gives_no_lines_and_says_so(tiny_model, relative):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="ingest.py fails a file with no lines; needs the "
-                                       "no-speech patch in the audio report")
 def test_no_speech_indexes_with_zero_chunks_and_a_warning(tmp_path, tiny_model):
     summary = ingest.ingest(make_kb(tmp_path), [shared_path(*AUDIO, "nonspeech")])
     assert summary.failed == [] and summary.indexed == 1 and summary.chunks == 0
