@@ -343,12 +343,12 @@ def transcribe(path: Path, settings: Settings | None = None,
                sha256: str | None = None) -> Transcript:
     """The transcript of `path`, from the cache when this file, engine, model and language
     were transcribed before; else by the engine, then cached. Raises AudioUnavailable."""
-    import ocr
+    import folders
 
     settings = settings or current_settings()
     model, note = resolve_model(settings)
     language = (settings.language or "auto").lower()
-    target = cache_path(sha256 or ocr.file_sha256(path), settings.engine, model, language)
+    target = cache_path(sha256 or folders.file_sha256(path), settings.engine, model, language)
     if (found := _cached(target)) is None:
         engine = engine_for(settings, model)
         found = engine.transcribe(path, None if language == "auto" else language)

@@ -305,7 +305,7 @@ class Library:
         return info
 
     def check_changes(self, kb_id: str | None) -> dict:
-        import ingest
+        import folders
 
         kb_id = self.resolve(kb_id)
         kb = kbmod.load(self.base, kb_id)
@@ -315,12 +315,12 @@ class Library:
         if not kb.fulltext_path.exists():
             conn = fulltext.connect(Path(":memory:"))
             try:
-                plan = ingest.plan_sync(conn, kb)
+                plan = folders.plan_sync(conn, kb)
             finally:
                 conn.close()
         else:
             with self.reading(kb_id) as entry:
-                plan = ingest.plan_sync(entry.conn, kb)
+                plan = folders.plan_sync(entry.conn, kb)
         return {"kb_id": kb_id, **capped_lists(plan.to_json()),
                 "next": "start_reindex(kb_id) applies these changes"}
 

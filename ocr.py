@@ -18,7 +18,6 @@ MEMORY_BUDGET beside the caller (LINECITE_OCR_WORKERS overrides). Figures are in
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -31,6 +30,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import folders
 
 # -----------------------------------------------------------------------------
 DPI = 300  # render resolution; Tesseract is told it, since its own estimate cost CER .038->.058
@@ -127,15 +128,6 @@ def default_cache_dir(platform: str = sys.platform) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "linecite", "ocr")
 
 
-def file_sha256(path: Path) -> str:
-    """A file's SHA-256, read in 1 MB blocks: the OCR cache key, and ingest.py's change test."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @dataclass
 class _Job:
     """One file's OCR settings; the cache key is (file SHA-256, page, language spec, dpi)."""
@@ -188,8 +180,9 @@ def default_workers(rss: int | None = None) -> int:
 def _job(path: Path, spec: str | None, dpi: int, cache_dir: Path | None, sha256: str | None,
          workers: int | None) -> _Job:
     workers = workers or int(os.environ.get(WORKERS_ENV) or 0) or default_workers()
-    return _Job(sha256 or file_sha256(path), spec or os.environ.get(LANG_ENV) or DEFAULT_LANG,
-                dpi, Path(cache_dir) if cache_dir else default_cache_dir(), max(1, workers))
+    return _Job(sha256 or folders.file_sha256(path),
+                spec or os.environ.get(LANG_ENV) or DEFAULT_LANG, dpi,
+                Path(cache_dir) if cache_dir else default_cache_dir(), max(1, workers))
 
 
 def _ascii_dir(folder: str) -> str:

@@ -14,6 +14,7 @@ import pytest
 from conftest import clean_env, text_pdf
 
 import extract
+import folders
 import fulltext
 import ingest
 import kb as kbmod
@@ -155,7 +156,7 @@ def test_a_file_deleted_or_locked_while_hashing_fails_only_that_source(tmp_path,
     for name in ("a", "gone", "locked", "z"):
         write(docs / f"{name}.txt", f"The {name} file mentions the quay.")
     kb = make_kb(base, "notes", [docs])
-    real = ingest.sha256_file
+    real = folders.file_sha256
 
     def flaky(path):
         if path.name == "gone.txt":
@@ -164,7 +165,7 @@ def test_a_file_deleted_or_locked_while_hashing_fails_only_that_source(tmp_path,
             raise PermissionError(13, "The process cannot access the file", str(path))
         return real(path)
 
-    monkeypatch.setattr(ingest, "sha256_file", flaky)
+    monkeypatch.setattr(folders, "file_sha256", flaky)
     summary = ingest.sync(kb)
     assert summary.indexed == 2
     assert {(f["source"], f["reason"]) for f in summary.failed} == {
@@ -205,11 +206,11 @@ def test_two_source_folders_with_one_name_give_unique_stable_source_names(tmp_pa
 def test_folder_prefixes_take_parents_only_where_names_clash():
     roots = [Path("/a/docs"), Path("/b/docs"), Path("/c/b/docs"), Path("/a/notes"),
              Path("/d/docs/docs")]
-    assert ingest.folder_prefixes(roots) == {
+    assert folders.folder_prefixes(roots) == {
         Path("/a/docs"): "docs", Path("/b/docs"): "b/docs", Path("/c/b/docs"): "c/b/docs",
         Path("/a/notes"): "notes", Path("/d/docs/docs"): "d/docs/docs"}
     # a folder added later never renames an earlier one's files
-    assert ingest.folder_prefixes(roots[:2])[Path("/a/docs")] == "docs"
+    assert folders.folder_prefixes(roots[:2])[Path("/a/docs")] == "docs"
 
 
 # ---------------------------------------------------------------------------

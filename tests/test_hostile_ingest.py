@@ -16,6 +16,7 @@ from conftest import shared_path, text_pdf
 
 import chunking
 import extract
+import folders
 import fulltext
 import ingest
 import kb as kbmod
@@ -244,7 +245,7 @@ def test_sync_does_not_follow_links_out_of_its_folder(tmp_path):
 
     conn = fulltext.connect(kb.fulltext_path)
     try:
-        plan = ingest.plan_sync(conn, kb).to_json()
+        plan = folders.plan_sync(conn, kb).to_json()
     finally:
         conn.close()
     assert sorted(plan["added"]) == ["docs/a.txt", "docs/alias.txt"]
@@ -272,7 +273,7 @@ def test_sync_drops_a_source_indexed_earlier_through_a_link_out(tmp_path):
     ingest.ingest(kb, [docs / "leak.txt"], "docs/leak.txt")  # as an older sync would have
     summary = ingest.sync(kb)
     assert summary.deleted == 1 and [s["name"] for s in summary.skipped] == ["docs/leak.txt"]
-    assert ingest.plan_sync(fulltext.connect(kb.fulltext_path, readonly=True),
+    assert folders.plan_sync(fulltext.connect(kb.fulltext_path, readonly=True),
                             kb).to_json()["deleted"] == []
 
 
@@ -435,7 +436,7 @@ def test_sync_skips_office_lock_files_and_dot_files(tmp_path):
     (docs / ".git" / "readme.txt").write_text("git internals\n", encoding="utf-8")
     summary = ingest.sync(bm25_kb(tmp_path / "base", source_paths=(docs,)))
     assert (summary.indexed, summary.failed) == (1, [])
-    assert [name for _, name in ingest.discover([docs])] == ["docs/report.txt"]
+    assert [name for _, name in folders.discover([docs])] == ["docs/report.txt"]
 
 
 def test_cli_expands_a_tilde_in_paths(tmp_path):

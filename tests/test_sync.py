@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import chroma_store
+import folders
 import fulltext
 import ingest
 import kb as kbmod
@@ -53,13 +54,13 @@ def test_sync_adds_changes_and_deletes_files(tmp_path):
     assert chroma_ids(kb) == sqlite_ids(kb) != set()
 
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
-    assert ingest.plan_sync(conn, kb).to_json() == {"added": [], "modified": [], "deleted": [],
+    assert folders.plan_sync(conn, kb).to_json() == {"added": [], "modified": [], "deleted": [],
                                                     "unchanged": 2, "skipped": []}
     write(docs / "a.txt", "Alpha report, revised: the crane was replaced.")
     (docs / "sub" / "b.md").unlink()
     write(docs / "c.txt", "Gamma notes.")
     os.utime(docs / "a.txt", (1, 1))  # a new mtime, whatever the clock's resolution
-    assert ingest.plan_sync(conn, kb).to_json() == {
+    assert folders.plan_sync(conn, kb).to_json() == {
         "added": ["docs/c.txt"], "modified": ["docs/a.txt"], "deleted": ["docs/sub/b.md"],
         "unchanged": 0, "skipped": []}
     conn.close()

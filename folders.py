@@ -1,0 +1,212 @@
+"""Which files of a knowledge base's folders are documents, and what changed since the last run.
+
+Folder sync's first half, with no model and no write: `discover` lists the documents under
+the KB's folders (links that lead outside a folder, Office lock files, dot files and files
+Windows hides are left out, the first reported in `skipped`), names each as its source
+(`<folder>/<relative path>`, unique per KB by construction), and `plan_sync` compares them
+with fulltext.sqlite3: added, modified (size and mtime, then SHA-256), deleted. ingest.py
+indexes what the plan says; `check_changes` shows the plan as it is. `file_sha256` is the one
+file hasher (change tests here, the OCR and transcript caches).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import fulltext
+
+if TYPE_CHECKING:
+    import kb as kbmod
+
+# ---------------------------------------------------------------------------
+RETRY_STATES = ("failed", "needs_action")  # unreadable last time: try again on every run
+HIDDEN_ATTRIBUTES = 0x2 | 0x4  # FILE_ATTRIBUTE_HIDDEN | FILE_ATTRIBUTE_SYSTEM (Windows)
+# ---------------------------------------------------------------------------
+
+
+def file_sha256(path: Path) -> str:
+    """A file's SHA-256, read in 1 MB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def same_stat(row, stat: os.stat_result) -> bool:
+    """Whether a file's size and mtime are those its source row recorded: then it is taken as
+    unchanged without reading it (SHA-256 decides otherwise)."""
+    return (row["size"], row["mtime"]) == (stat.st_size, stat.st_mtime)
+
+
+@dataclass
+class SyncPlan:
+    """What a folder sync would do; `check_changes` shows it without doing it."""
+
+    added: list[tuple[Path, str]] = field(default_factory=list)
+    modified: list[tuple[Path, str]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    skipped: list[dict] = field(default_factory=list)  # links leading out of the folder
+
+    def to_json(self) -> dict:
+        return {"added": [name for _, name in self.added],
+                "modified": [name for _, name in self.modified],
+                "deleted": self.deleted, "unchanged": self.unchanged, "skipped": self.skipped}
+
+
+def discover(targets: list[Path], source_name: str | None = None,
+             skipped: list[dict] | None = None) -> Iterator[tuple[Path, str]]:
+    """(file, source name) for each file to index: a file as named, a folder's files recursively.
+
+    A folder's files are named `<prefix>/<relative path>` so two folders' `README.md` differ;
+    the prefix is the folder's name, made unique among `targets` (see folder_prefixes).
+    Links that lead out of the folder are not followed; they go to `skipped`.
+    """
+    roots = list(dict.fromkeys(t.resolve() for t in targets if t.is_dir()))
+    prefixes = folder_prefixes(roots)
+    for target in targets:
+        if target.is_dir():
+            root = target.resolve()
+            prefix = prefixes.pop(root, None)
+            if prefix is None:  # the same folder named twice: its files once
+                continue
+            for path in _files_in(root, prefix, skipped if skipped is not None else []):
+                yield path, f"{prefix}/{path.relative_to(root).as_posix()}"
+        else:
+            yield target, source_name or target.name
+
+
+def folder_prefixes(roots: list[Path]) -> dict[Path, str]:
+    """A source-name prefix per folder, unique by construction: its name, and for a folder
+    whose name an earlier one already took, as many parent folders as it takes (`docs`,
+    `y/docs`). Earlier means first in sourcePaths, so the prefixes stay the same from run to
+    run and a folder added at the end never renames the files of one already indexed.
+    Two `docs` folders once gave the same names: one file was never searchable and every
+    sync re-indexed the other (issue 14)."""
+    taken: list[str] = []
+    prefixes: dict[Path, str] = {}
+    for root in roots:
+        parts = list(root.parts[1:]) or [root.anchor]
+        for depth in range(1, len(parts) + 1):
+            prefix = "/".join(parts[-depth:])
+            if not any(prefix == t or prefix.startswith(t + "/") or t.startswith(prefix + "/")
+                       for t in taken):
+                break
+        taken.append(prefix)
+        prefixes[root] = prefix
+    return prefixes
+
+
+def _files_in(root: Path, prefix: str, skipped: list[dict]) -> list[Path]:
+    """The supported files under `root` (resolved) whose real path lies inside it: the rule
+    ingest_file applies, so a link in a synced folder cannot serve /etc/passwd. Linked folders
+    (symlinks, junctions) are never descended into: one leading out, or a loop, could reach any
+    file, and one leading in only repeats files found where they are."""
+    import extract
+
+    found: list[Path] = []
+    for here, folders, files in os.walk(root):
+        for name in list(folders):
+            folder = Path(here, name)
+            if _not_a_document(folder):
+                folders.remove(name)
+                continue
+            real = _real(folder)
+            if real is None or os.path.normcase(real) != os.path.normcase(folder):
+                folders.remove(name)
+                if real is not None:
+                    _skip_if_outside(root, prefix, folder, real, skipped)
+        for name in files:
+            path = Path(here, name)
+            if _not_a_document(path):
+                continue
+            real = _real(path) if path.is_symlink() else path
+            if (extract.supported(path) and real is not None
+                    and not _skip_if_outside(root, prefix, path, real, skipped)
+                    and real.is_file()):
+                found.append(path)
+    return sorted(found)
+
+
+def _not_a_document(path: Path) -> bool:
+    """Office's lock files (`~$report.docx`, a few bytes that parse as corrupt), dot files and
+    folders (`.git`, `.DS_Store`), and what Windows marks hidden or system (thumbnail caches,
+    desktop.ini): none is a document the user put there to be searched."""
+    if path.name.startswith(("~$", ".")):
+        return True
+    try:
+        attributes = getattr(path.lstat(), "st_file_attributes", 0)  # only Windows has them
+    except OSError:
+        return False
+    return bool(attributes & HIDDEN_ATTRIBUTES)
+
+
+def _real(path: Path) -> Path | None:
+    """Where a path really is, links followed; None for a link loop."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop before Python 3.13
+        return None
+
+
+def _skip_if_outside(root: Path, prefix: str, path: Path, real: Path,
+                     skipped: list[dict]) -> bool:
+    """Report `path` in `skipped` when its real place `real` is outside `root`."""
+    if real.is_relative_to(root):
+        return False
+    relative = path.relative_to(root).as_posix() + ("/" if real.is_dir() else "")
+    skipped.append({"path": str(path), "name": f"{prefix}/{relative}",
+                    "reason": "outside-folder", "target": str(real),
+                    "detail": f"{path} leads to {real}, outside {root}; it is not indexed "
+                              "(copy the file into the folder to index it)"})
+    return True
+
+
+def _changed(row, path: Path) -> bool:
+    """Whether a file differs from its indexed row: size and mtime first, SHA-256 to confirm.
+    A file that vanished or cannot be read since it was found counts as changed, so
+    index_file records why for that one source instead of the whole sync stopping."""
+    try:
+        if same_stat(row, path.stat()):
+            return False
+        return row["sha256"] != file_sha256(path)
+    except OSError:
+        return True
+
+
+def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
+    """Compare the KB's folders with what is indexed; reads files' metadata, calls no model."""
+    import kb as kbmod
+
+    folders = [Path(p).expanduser().resolve() for p in kb.source_paths]
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if missing:
+        raise kbmod.ConfigError(f"{kb.folder / 'config.json'}: field 'sourcePaths' names "
+                                f"folders that do not exist: {', '.join(missing)}")
+    plan = SyncPlan()
+    seen: set[str] = set()
+    for path, name in discover(folders, skipped=plan.skipped):
+        seen.add(name)
+        row = fulltext.source_row(conn, name)
+        if row is None:
+            plan.added.append((path, name))
+        elif force or row["state"] in RETRY_STATES or _changed(row, path):
+            plan.modified.append((path, name))
+        else:
+            plan.unchanged += 1
+    escaped = {entry["name"]: Path(entry["target"]) for entry in plan.skipped}
+    for source in fulltext.list_sources(conn):
+        path = Path(source["path"] or "")
+        inside = any(path.is_relative_to(folder) for folder in folders)
+        if inside and source["name"] not in seen and not path.exists():
+            plan.deleted.append(source["name"])
+        elif any(source["name"].startswith(name) and path.is_relative_to(target)
+                 for name, target in escaped.items()):
+            plan.deleted.append(source["name"])  # indexed through a link before links were checked
+    return plan
