@@ -474,7 +474,8 @@ def test_hostile_pdfs_end_as_pages_or_a_fitting_reason(name, reason):
         (("zh", "issue12823.pdf"), "知识库简介", 0, "pypdfium2"),
         (("zh", "mineru_chemistry_introduction_zh.pdf"), "化学学科常用符号公式", 0, "pypdfium2"),
         (("ja", "jo.pdf"), "宇宙塵", 0, "pypdfium2"),
-        (("ja", "kampo.pdf"), "道路標識", 0, "pypdfium2+pdfminer"),  # vertical CJK pdfium loses
+        # vertical CJK: pypdfium2 4.x loses it (pdfminer then reads the page), 5.x reads it
+        (("ja", "kampo.pdf"), "道路標識", 0, ("pypdfium2", "pypdfium2+pdfminer")),
         (("edge", "unreadablemetadata.pdf"), "Rotary Potentiometer", 0, "pdfminer"),
         (
             ("edge", "copy-protected.pdf"),
@@ -488,7 +489,7 @@ def test_corpus_pdf_text_on_its_page(parts, needle, page, parser):
     result = extract.extract(shared_path("corpus", "pdf", *parts))
     text = "\n".join(result.pages[page])
     assert needle in (text if parts[1] != "kampo.pdf" else text.replace("\n", ""))
-    assert result.parser == parser
+    assert result.parser in ((parser,) if isinstance(parser, str) else parser)
 
 
 def test_corpus_zen_corrupted_keeps_its_first_line():
