@@ -52,7 +52,7 @@ TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
 # about 0.7 GB at the cap, twice that for CJK (Python keeps 2 bytes a character for it).
 
 REASONS = ("not-found", "unsupported-format", "password-protected", "corrupt", "empty", "binary",
-           "too-large", "ocr-unavailable")
+           "too-large", "ocr-unavailable", "converter-unavailable")
 
 
 @dataclass
@@ -462,7 +462,8 @@ EXTRACTORS.update({suffix: extract_text for suffix in TEXT_SUFFIXES})
 EXTRACTORS.update({".hwpx": _lazy("hwp", "extract_hwpx"), ".hwp": _lazy("hwp", "extract_hwp"),
                    ".ofd": _lazy("ofd", "extract_ofd"), ".docx": _lazy("office", "extract_docx"),
                    ".xlsx": _lazy("office", "extract_xlsx"),
-                   ".pptx": _lazy("office", "extract_pptx")})
+                   ".pptx": _lazy("office", "extract_pptx"), ".doc": _lazy("legacy", "extract_doc"),
+                   ".xls": _lazy("legacy", "extract_xls"), ".ppt": _lazy("legacy", "extract_ppt")})
 EXTRACTORS.update(dict.fromkeys((".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"),
                                 _lazy("ocr", "extract_image")))  # = ocr.IMAGE_SUFFIXES
 
