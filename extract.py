@@ -466,7 +466,7 @@ EXTRACTORS.update({".hwpx": _lazy("hwp", "extract_hwpx"), ".hwp": _lazy("hwp", "
                    ".xls": _lazy("legacy", "extract_xls"), ".ppt": _lazy("legacy", "extract_ppt"),
                    ".rtf": _lazy("markup", "extract_rtf"), ".epub": _lazy("markup", "extract_epub"),
                    ".odt": _lazy("markup", "extract_odf"), ".ods": _lazy("markup", "extract_odf"),
-                   ".odp": _lazy("markup", "extract_odf")})
+                   ".odp": _lazy("markup", "extract_odf"), ".eml": _lazy("mail", "extract_eml")})
 EXTRACTORS.update(dict.fromkeys((".html", ".htm"), _lazy("markup", "extract_html")))
 EXTRACTORS.update(dict.fromkeys((".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"),
                                 _lazy("ocr", "extract_image")))  # = ocr.IMAGE_SUFFIXES
