@@ -49,7 +49,7 @@ TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
 # about 0.7 GB at the cap, twice that for CJK (Python keeps 2 bytes a character for it).
 
 REASONS = ("not-found", "unsupported-format", "password-protected", "corrupt", "empty", "binary",
-           "too-large", "ocr-unavailable", "audio-unavailable")
+           "too-large", "ocr-unavailable", "audio-unavailable", "converter-unavailable")
 
 
 @dataclass
@@ -483,7 +483,12 @@ EXTRACTORS.update({suffix: extract_text for suffix in TEXT_SUFFIXES})
 EXTRACTORS.update({".hwpx": _lazy("hwp", "extract_hwpx"), ".hwp": _lazy("hwp", "extract_hwp"),
                    ".ofd": _lazy("ofd", "extract_ofd"), ".docx": _lazy("office", "extract_docx"),
                    ".xlsx": _lazy("office", "extract_xlsx"),
-                   ".pptx": _lazy("office", "extract_pptx")})
+                   ".pptx": _lazy("office", "extract_pptx"), ".doc": _lazy("legacy", "extract_doc"),
+                   ".xls": _lazy("legacy", "extract_xls"), ".ppt": _lazy("legacy", "extract_ppt"),
+                   ".rtf": _lazy("markup", "extract_rtf"), ".epub": _lazy("markup", "extract_epub"),
+                   ".odt": _lazy("markup", "extract_odf"), ".ods": _lazy("markup", "extract_odf"),
+                   ".odp": _lazy("markup", "extract_odf"), ".eml": _lazy("mail", "extract_eml")})
+EXTRACTORS.update(dict.fromkeys((".html", ".htm"), _lazy("markup", "extract_html")))
 EXTRACTORS.update(dict.fromkeys((".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"),
                                 extract_image))  # = ocr.IMAGE_SUFFIXES
 EXTRACTORS.update(dict.fromkeys((".mp3", ".wav", ".m4a", ".ogg", ".flac", ".webm", ".mp4"),

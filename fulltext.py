@@ -60,7 +60,7 @@ class SourceFile:
 
 
 NEEDS_ACTION = ("password-protected", "ocr-unavailable", "audio-unavailable",
-                "too-large")  # the user can fix these
+                "converter-unavailable", "too-large")  # the user can fix these
 
 
 class SchemaError(RuntimeError):
