@@ -16,6 +16,7 @@ from conftest import clean_env, text_pdf
 import extract
 import folders
 import fulltext
+import fulltext_schema
 import ingest
 import kb as kbmod
 import queue_runner
@@ -68,14 +69,14 @@ def test_a_migration_that_fails_halfway_leaves_nothing_and_the_next_connect_comp
     if number:
         conn = sqlite3.connect(path)
         conn.execute("BEGIN")
-        fulltext.MIGRATIONS[0](conn)
+        fulltext_schema.MIGRATIONS[0](conn)
         conn.execute("PRAGMA user_version = 1")
         conn.commit()
         conn.close()
-    real = fulltext.MIGRATIONS[number]
-    broken = list(fulltext.MIGRATIONS)
+    real = fulltext_schema.MIGRATIONS[number]
+    broken = list(fulltext_schema.MIGRATIONS)
     broken[number] = lambda conn: real(FailsAfter(conn, 1))
-    monkeypatch.setattr(fulltext, "MIGRATIONS", broken)
+    monkeypatch.setattr(fulltext_schema, "MIGRATIONS", broken)
     with pytest.raises(sqlite3.OperationalError, match="simulated crash"):
         fulltext.connect(path)
     raw = sqlite3.connect(path)
@@ -236,11 +237,11 @@ def test_sqlite_uri_for_drive_unc_and_posix_paths(tmp_path):
     # issue 14: as_uri() gives file://server/share/..., an authority SQLite refuses
     unc = PureWindowsPath(r"\\fileserver\team share\linecite\kb\fulltext.sqlite3")
     assert unc.as_uri().startswith("file://fileserver/")
-    assert fulltext.sqlite_uri(unc) == \
+    assert fulltext_schema.sqlite_uri(unc) == \
         "file:////fileserver/team%20share/linecite/kb/fulltext.sqlite3"
-    assert fulltext.sqlite_uri(PureWindowsPath(r"C:\Users\정\kb\fulltext.sqlite3")) == \
+    assert fulltext_schema.sqlite_uri(PureWindowsPath(r"C:\Users\정\kb\fulltext.sqlite3")) == \
         "file:///C:/Users/%EC%A0%95/kb/fulltext.sqlite3"
-    assert fulltext.sqlite_uri(PurePosixPath("/srv/a b/fulltext.sqlite3")) == \
+    assert fulltext_schema.sqlite_uri(PurePosixPath("/srv/a b/fulltext.sqlite3")) == \
         "file:///srv/a%20b/fulltext.sqlite3"
     path = tmp_path / "정 #1?" / fulltext.FILENAME  # characters a URI must escape
     fulltext.connect(path).close()

@@ -15,6 +15,7 @@ from fastmcp.client.transports import StdioTransport
 
 import chroma_store
 import fulltext
+import fulltext_schema
 import ingest
 import kb as kbmod
 import queue_runner
@@ -146,7 +147,7 @@ def test_server_serves_an_old_schema_read_only_and_the_indexer_migrates_it(tmp_p
     kb = make_kb(tmp_path, "old", docs)
     conn = sqlite3.connect(kb.fulltext_path)
     with conn:
-        fulltext.MIGRATIONS[0](conn)
+        fulltext_schema.MIGRATIONS[0](conn)
         conn.execute("PRAGMA user_version = 1")
         conn.execute("INSERT INTO sources (name, state, pages) VALUES ('legacy.txt', 'ready', 1)")
         conn.execute("INSERT INTO lines (source_id, page, line, text) VALUES (1, 1, 1, "

@@ -1,0 +1,180 @@
+"""fulltext.sqlite3's schema: its tables, numbered migrations, and how a connection opens.
+
+`connect(path)` opens the index writable (WAL) and migrates it, each migration in its own
+`BEGIN IMMEDIATE ... COMMIT` (schema version in `PRAGMA user_version`); `connect(path,
+readonly=True)` is the server's: read-only, falling back to `immutable` on a folder nobody can
+write, never migrating. fulltext.py holds what is written and read through the connection.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path, PurePath, PureWindowsPath
+
+# ---------------------------------------------------------------------------
+SCHEMA_VERSION = 4
+FILENAME = "fulltext.sqlite3"
+# segment.py emits tokens made only of these categories, so FTS5 never re-splits them
+TOKEN_CATEGORIES = "L* N* Co M*"
+# ---------------------------------------------------------------------------
+
+
+class SchemaError(RuntimeError):
+    """The file was written by a newer linecite, or is not a linecite index."""
+
+
+# ---------------------------------------------------------------------------
+# schema and migrations: numbered functions, applied in order, each in one transaction
+
+def _m001_create_tables(conn: sqlite3.Connection) -> None:
+    statements = [
+        """CREATE TABLE sources (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            path TEXT,
+            sha256 TEXT,
+            size INTEGER,
+            mtime REAL,
+            parser TEXT,
+            state TEXT NOT NULL,
+            error TEXT,
+            pages INTEGER NOT NULL DEFAULT 0,
+            ingested_at TEXT
+        )""",
+        """CREATE TABLE lines (
+            id INTEGER PRIMARY KEY,
+            source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+            page INTEGER NOT NULL,
+            line INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            UNIQUE (source_id, page, line)
+        )""",
+        """CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY,
+            chunk_id TEXT NOT NULL UNIQUE,
+            source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+            page INTEGER NOT NULL,
+            line_start INTEGER NOT NULL,
+            line_end INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            tokens TEXT NOT NULL,
+            embed_state TEXT NOT NULL DEFAULT 'pending',
+            embed_error TEXT
+        )""",
+        "CREATE INDEX chunks_source ON chunks(source_id, page, line_start)",
+        "CREATE INDEX chunks_pending ON chunks(embed_state) WHERE embed_state = 'pending'",
+        "CREATE TABLE chroma_tombstones (chunk_id TEXT PRIMARY KEY)",
+        f"""CREATE VIRTUAL TABLE chunks_fts USING fts5(
+            tokens, content='chunks', content_rowid='id',
+            tokenize="unicode61 remove_diacritics 0 categories '{TOKEN_CATEGORIES}'"
+        )""",
+        """CREATE VIRTUAL TABLE lines_fts USING fts5(
+            text, content='lines', content_rowid='id', tokenize='trigram case_sensitive 0'
+        )""",
+    ]
+    for table, column in (("chunks", "tokens"), ("lines", "text")):
+        fts = f"{table}_fts"
+        statements += [
+            f"""CREATE TRIGGER {table}_ai AFTER INSERT ON {table} BEGIN
+                INSERT INTO {fts}(rowid, {column}) VALUES (new.id, new.{column}); END""",
+            f"""CREATE TRIGGER {table}_ad AFTER DELETE ON {table} BEGIN
+                INSERT INTO {fts}({fts}, rowid, {column}) VALUES ('delete', old.id, old.{column});
+                END""",
+        ]
+    for statement in statements:  # not executescript(): it would commit the open transaction
+        conn.execute(statement)
+
+
+def _m002_warnings_and_context(conn: sqlite3.Connection) -> None:
+    """Warnings that did not stop indexing (pages left without OCR, for instance), and the
+    context a chunk is searched and embedded with (a sheet's header row)."""
+    conn.execute("ALTER TABLE sources ADD COLUMN warnings TEXT")
+    conn.execute("ALTER TABLE chunks ADD COLUMN context TEXT NOT NULL DEFAULT ''")
+
+
+def _m003_meta(conn: sqlite3.Connection) -> None:
+    """Facts about the index as a whole, such as which segmenter made its tokens."""
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+
+def _m004_llm_contexts(conn: sqlite3.Connection) -> None:
+    """A contextualizer's context for each chunk, apart from `context` (a sheet's header row,
+    derived from the file): with the model and prompt hash that wrote it, so a changed model
+    or prompt shows as stale, and the attempts, so a chunk that keeps failing is given up."""
+    for column in ("llm_context TEXT NOT NULL DEFAULT ''", "llm_state TEXT", "llm_model TEXT",
+                   "llm_prompt TEXT", "llm_attempts INTEGER NOT NULL DEFAULT 0",
+                   "llm_error TEXT"):
+        conn.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
+    conn.execute("CREATE INDEX chunks_llm_state ON chunks(llm_state)")
+
+
+MIGRATIONS = [_m001_create_tables, _m002_warnings_and_context, _m003_meta, _m004_llm_contexts]
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"this index has schema version {version}, newer than this linecite "
+            f"({SCHEMA_VERSION}); update linecite"
+        )
+    for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
+        # explicit: sqlite3 opens no transaction before DDL, so `with conn:` left a half-made
+        # schema at user_version 0 when a migration failed halfway (issue 14)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            migration(conn)
+            conn.execute(f"PRAGMA user_version = {number}")
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+
+
+def sqlite_uri(path: PurePath) -> str:
+    """A `file:` URI SQLite opens for an absolute path, UNC shares included. SQLite refuses any
+    URI authority but "" and "localhost", and `as_uri()` puts a share's server there
+    (`file://server/share/...`); with an empty authority the path keeps its two leading
+    slashes (`file:////server/share/...`), which Windows reads as the UNC path."""
+    uri = path.as_uri()
+    if isinstance(path, PureWindowsPath) and path.drive.startswith(("\\\\", "//")):
+        uri = "file://" + uri[len("file:"):]
+    return uri
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection; on a folder the user cannot write (a read-only share, a copied
+    backup) WAL cannot make its -shm file, so the index is opened `immutable` instead: it is
+    then read as it is on disk, which is right for a folder nobody can write either."""
+    if not path.exists():
+        raise FileNotFoundError(f"no index at {path}; run `python ingest.py FILE` first")
+    uri = sqlite_uri(path.resolve())
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:  # unable to open: no -shm can be made beside it
+        conn.close()
+    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
+def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
+    """Open an index: writable and migrated for the indexer, read-only for the server."""
+    if readonly:
+        conn = _open_readonly(path)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA busy_timeout = 10000")
+    if readonly:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if not 1 <= version <= SCHEMA_VERSION:
+            raise SchemaError(f"{path} has schema version {version}; reindex it with ingest.py")
+    else:
+        _migrate(conn)
+    return conn
