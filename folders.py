@@ -2,7 +2,8 @@
 
 Folder sync's first half, with no model and no write: `discover` lists the documents under
 the KB's folders (links that lead outside a folder, Office lock files, dot files and files
-Windows hides are left out, the first reported in `skipped`), names each as its source
+Windows hides are left out; links out and files of unsupported formats, counted by
+extension, are reported in `skipped`), names each as its source
 (`<folder>/<relative path>`, unique per KB by construction), and `plan_sync` compares them
 with fulltext.sqlite3: added, modified (size and mtime, then SHA-256), deleted. ingest.py
 indexes what the plan says; `check_changes` shows the plan as it is. `file_sha256` is the one
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------
 RETRY_STATES = ("failed", "needs_action")  # unreadable last time: try again on every run
 HIDDEN_ATTRIBUTES = 0x2 | 0x4  # FILE_ATTRIBUTE_HIDDEN | FILE_ATTRIBUTE_SYSTEM (Windows)
+UNSUPPORTED_EXAMPLES = 3  # file names listed per unsupported extension (the count is whole)
 # ---------------------------------------------------------------------------
 
 
@@ -111,6 +113,7 @@ def _files_in(root: Path, prefix: str, skipped: list[dict]) -> list[Path]:
     import extract
 
     found: list[Path] = []
+    unsupported: dict[str, list[str]] = {}  # extension -> files no extractor reads
     for here, folders, files in os.walk(root):
         for name in list(folders):
             folder = Path(here, name)
@@ -126,11 +129,17 @@ def _files_in(root: Path, prefix: str, skipped: list[dict]) -> list[Path]:
             path = Path(here, name)
             if _not_a_document(path):
                 continue
+            if not extract.supported(path):
+                unsupported.setdefault(path.suffix.lower() or "(none)", []).append(
+                    f"{prefix}/{path.relative_to(root).as_posix()}")
+                continue
             real = _real(path) if path.is_symlink() else path
-            if (extract.supported(path) and real is not None
-                    and not _skip_if_outside(root, prefix, path, real, skipped)
+            if (real is not None and not _skip_if_outside(root, prefix, path, real, skipped)
                     and real.is_file()):
                 found.append(path)
+    skipped += [{"reason": "unsupported-format", "extension": extension, "files": len(names),
+                 "examples": sorted(names)[:UNSUPPORTED_EXAMPLES]}
+                for extension, names in sorted(unsupported.items())]
     return sorted(found)
 
 
@@ -200,7 +209,8 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
             plan.modified.append((path, name))
         else:
             plan.unchanged += 1
-    escaped = {entry["name"]: Path(entry["target"]) for entry in plan.skipped}
+    escaped = {entry["name"]: Path(entry["target"]) for entry in plan.skipped
+               if entry["reason"] == "outside-folder"}
     for source in fulltext.list_sources(conn):
         path = Path(source["path"] or "")
         inside = any(path.is_relative_to(folder) for folder in folders)

@@ -62,6 +62,7 @@ class Summary:
     skipped: list[dict] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
     fulltext: dict = field(default_factory=dict)
+    following: str | None = None  # a folder this run added to the KB's sourcePaths
 
 
 Report = Callable[[int, int, str], None]  # (done, total, message): MCP progress notifications
@@ -289,7 +290,9 @@ class Indexer:
     def index_all(self, files: list[tuple[Path, str]], summary: Summary, force: bool,
                   should_stop: Callable[[], bool] | None = None) -> None:
         """Index files one by one, embedding after each; stop cleanly between files if asked."""
-        for done, (path, name) in enumerate(_progress(files, len(files), "files", self.progress)):
+        bar = _progress(files, len(files), "files", self.progress)
+        for done, (path, name) in enumerate(bar):
+            bar.set_postfix_str(name if len(name) <= 40 else "..." + name[-37:], refresh=False)
             if should_stop and should_stop():
                 summary.cancelled = True
                 break
@@ -594,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebuild", action="store_true",
                         help="rebuild a damaged KB from its source files (the damaged stores "
                              "are moved aside, not deleted)")
+    parser.add_argument("--once", action="store_true",
+                        help="index a folder without adding it to the KB's sourcePaths")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     # PowerShell 5.1 and cmd pass "~" through unexpanded
@@ -616,8 +621,13 @@ def main(argv: list[str] | None = None) -> int:
             summary = sync(kbmod.open_or_create(base, args.kb), "full", force=args.force,
                            progress=not args.quiet, run=run)
         else:
-            summary = ingest(kbmod.open_or_create(base, args.kb), [args.path], args.source_name,
-                             force=args.force, progress=not args.quiet, run=run)
+            kb = kbmod.open_or_create(base, args.kb)
+            summary = ingest(kb, [args.path], args.source_name, force=args.force,
+                             progress=not args.quiet, run=run)
+            if args.path.is_dir() and not args.once and kbmod.follow(kb, args.path):
+                summary.following = (f"{kb.id} now follows {args.path.resolve()}: "
+                                     f"`python ingest.py --kb {kb.id}` or start_reindex keeps it "
+                                     "current (--once indexes a folder without following it)")
     except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError,
             SourceNameTaken) as err:
         print(f"linecite: {err}", file=sys.stderr)

@@ -316,6 +316,21 @@ def open_or_create(base: Path, kb_id: str) -> KnowledgeBase:
         return load(base, kb_id)
 
 
+def follow(kb: KnowledgeBase, folder: Path) -> bool:
+    """Add a folder to the KB's sourcePaths (config.json rewritten, other fields kept), so
+    folder sync, check_changes and start_reindex keep it current; False if it was there."""
+    resolved = folder.expanduser().resolve()
+    known = {os.path.normcase(Path(p).expanduser().resolve()) for p in kb.source_paths}
+    if os.path.normcase(resolved) in known:
+        return False
+    path = kb.folder / "config.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["sourcePaths"] = [*(data.get("sourcePaths") or []), str(resolved)]
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    kb.source_paths = data["sourcePaths"]
+    return True
+
+
 def list_ids(base: Path) -> list[str]:
     """KB ids under the base folder: folders that have a config.json."""
     if not base.is_dir():
