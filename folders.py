@@ -200,8 +200,10 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
                                 f"folders that do not exist: {', '.join(missing)}")
     plan = SyncPlan()
     seen: set[str] = set()
+    seen_paths: set[str] = set()  # os.path.normcase of every file found
     for path, name in discover(folders, skipped=plan.skipped):
         seen.add(name)
+        seen_paths.add(os.path.normcase(path))
         row = fulltext.source_row(conn, name)
         if row is None:
             plan.added.append((path, name))
@@ -214,7 +216,10 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
     for source in fulltext.list_sources(conn):
         path = Path(source["path"] or "")
         inside = any(path.is_relative_to(folder) for folder in folders)
-        if inside and source["name"] not in seen and not path.exists():
+        gone = not path.exists() or os.path.normcase(path) in seen_paths
+        if inside and source["name"] not in seen and gone:
+            # gone, or renamed only by case: on Windows and macOS the old path still "exists",
+            # and the file is found again under its new name
             plan.deleted.append(source["name"])
         elif any(source["name"].startswith(name) and path.is_relative_to(target)
                  for name, target in escaped.items()):

@@ -137,3 +137,24 @@ def test_config_errors_name_the_field(tmp_path, config, field):
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(kbmod.ConfigError, match=f"field '{field}'"):
         kbmod.load(tmp_path, "kb1")
+
+
+def test_a_rename_only_by_case_replaces_the_source(tmp_path, monkeypatch):
+    # regression (issue 18): on Windows and macOS `Report.txt` renamed to `report.txt` still
+    # "exists" under its old name, so the old source was never deleted and both were served.
+    # Simulated here: paths compare case-blind, and the old name still exists (as a folder).
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "Report.txt").write_text("quarterly tides\n", encoding="utf-8")
+    kb = kbmod.open_or_create(tmp_path / "base", "case")
+    kbmod.follow(kb, docs)
+    ingest.sync(kb)
+    (docs / "Report.txt").rename(docs / "report.txt")
+    (docs / "Report.txt").mkdir()
+    monkeypatch.setattr(folders.os.path, "normcase", lambda p: os.fspath(p).lower())
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        plan = folders.plan_sync(conn, kb).to_json()
+    finally:
+        conn.close()
+    assert (plan["added"], plan["deleted"]) == (["docs/report.txt"], ["docs/Report.txt"])
