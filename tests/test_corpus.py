@@ -22,6 +22,7 @@ KNOWN_FAILURES = {  # source name -> reason; each is the right answer for that f
     "corpus/pdf/edge/aes-256.pdf": "password-protected",
     "corpus/pdf/edge/empty.pdf": "empty",  # 0 bytes
     "corpus/pdf/edge/fake-jpg.pdf": "corrupt",  # a JPEG named .pdf
+    "corpus/pdf/edge/imagemagick-CCITTFaxDecode.pdf": "empty",  # a 4x4-point image, no text
     "corpus/pdf/edge/libreoffice-writer-password.pdf": "password-protected",
     "corpus/pdf/edge/password-protected.pdf": "password-protected",
     "corpus/txt/en/empty.txt": "empty",
