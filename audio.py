@@ -233,16 +233,10 @@ def engine_for(settings: Settings, model: str):
 
 
 def default_cache_dir(platform: str = sys.platform) -> Path:
-    """$LINECITE_AUDIO_CACHE, else beside the OCR cache: %LOCALAPPDATA%\\linecite\\cache\\
-    audio, ~/Library/Caches/linecite/audio, or ~/.cache/linecite/audio ($XDG_CACHE_HOME)."""
-    if folder := os.environ.get(CACHE_ENV):
-        return Path(folder)
-    if platform.startswith("win"):
-        local = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
-        return Path(local, "linecite", "cache", "audio")
-    if platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "linecite" / "audio"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "linecite", "audio")
+    """$LINECITE_AUDIO_CACHE, else the user cache folder's `audio` (kb.cache_dir)."""
+    import kb
+
+    return kb.cache_dir("audio", CACHE_ENV, platform)
 
 
 def cache_path(sha256: str, engine: str, model: str, language: str) -> Path:

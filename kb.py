@@ -96,6 +96,21 @@ def move_legacy_base(env: Mapping[str, str] | None = None,
     return message
 
 
+def cache_dir(kind: str, override_env: str, platform: str | None = None) -> Path:
+    """Where a cache of `kind` ("ocr", "audio") lives: $override_env, else the user cache
+    folder: %LOCALAPPDATA%\\linecite\\cache\\KIND, ~/Library/Caches/linecite/KIND, or
+    ~/.cache/linecite/KIND ($XDG_CACHE_HOME honoured)."""
+    platform = platform or sys.platform
+    if folder := os.environ.get(override_env):
+        return Path(folder)
+    if platform.startswith("win"):
+        local = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
+        return Path(local, "linecite", "cache", kind)
+    if platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "linecite" / kind
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "linecite", kind)
+
+
 @dataclass
 class KnowledgeBase:
     """One KB's folder and its config.json fields (names kept from the surveyed C# server)."""

@@ -116,16 +116,10 @@ def languages(spec: str | None = None) -> tuple[str, list[str]]:
 
 
 def default_cache_dir(platform: str = sys.platform) -> Path:
-    """$LINECITE_OCR_CACHE, else the user cache folder: %LOCALAPPDATA%\\linecite\\cache\\ocr,
-    ~/Library/Caches/linecite/ocr, or ~/.cache/linecite/ocr ($XDG_CACHE_HOME honoured)."""
-    if folder := os.environ.get(CACHE_ENV):
-        return Path(folder)
-    if platform.startswith("win"):
-        local = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
-        return Path(local, "linecite", "cache", "ocr")
-    if platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "linecite" / "ocr"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "linecite", "ocr")
+    """$LINECITE_OCR_CACHE, else the user cache folder's `ocr` (kb.cache_dir)."""
+    import kb
+
+    return kb.cache_dir("ocr", CACHE_ENV, platform)
 
 
 @dataclass

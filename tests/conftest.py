@@ -1,9 +1,13 @@
-"""Shared fixtures: where ../shared is, and a skip for tests that need it."""
+"""Shared fixtures: where ../shared is, and a skip for tests that need it; a clean
+environment for spawned processes; a stand-in JSON API for hosted providers."""
 
+import json
 import os
 import shutil
 import socket
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -118,3 +122,49 @@ def whisper_models(tmp_path_factory) -> dict[str, Path]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+class JsonApi:
+    """A JSON-over-HTTP API on 127.0.0.1 in a thread, standing in for a hosted provider:
+    records every request ({path, body, headers}) and answers with `answer(path, headers,
+    body) -> (status, extra headers, json body)`, or the next canned answer in `script`.
+    Subclasses speak one provider's wire format."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.script: list[tuple[int, dict, dict]] = []
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, path: str, headers: dict, body: dict) -> tuple[int, dict, dict]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self) -> type:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with api.lock:
+                    api.requests.append({"path": self.path, "body": body, "headers": headers})
+                    scripted = api.script.pop(0) if api.script else None
+                status, extra, answer = scripted or api.answer(self.path, headers, body)
+                data = json.dumps(answer).encode("utf-8")
+                self.send_response(status)
+                for name, value in {**extra, "Content-Type": "application/json"}.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        return Handler

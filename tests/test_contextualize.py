@@ -9,11 +9,10 @@ import os
 import re
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import JsonApi
 from test_embedders import Provider
 
 import chroma_store
@@ -35,7 +34,7 @@ DOCS = {"harbour.txt": "The harbour crane lifts containers from the ships.\nIt w
 PATHS = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions", "ollama": "/api/chat"}
 
 
-class LLM:
+class LLM(JsonApi):
     """One provider's chat API on 127.0.0.1: records every request; `script` holds canned
     (status, headers, body) answers for the next requests; a passage holding `refuse` gets a
     400; otherwise it answers a context naming the title, the model and MARKER."""
@@ -43,44 +42,11 @@ class LLM:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.key = KEYS[kind][1]
-        self.requests: list[dict] = []
-        self.script: list[tuple[int, dict, dict]] = []
         self.refuse: str | None = None
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def passages(self) -> list[str]:
         return [passage_of(r["body"]) for r in self.requests]
-
-    def _handler(self) -> type:
-        llm = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                with llm.lock:
-                    llm.requests.append({"path": self.path, "body": body, "headers": headers})
-                    scripted = llm.script.pop(0) if llm.script else None
-                status, extra, answer = scripted or llm.answer(self.path, headers, body)
-                data = json.dumps(answer).encode("utf-8")
-                self.send_response(status)
-                for name, value in {**extra, "Content-Type": "application/json"}.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        return Handler
 
     def answer(self, path: str, headers: dict, body: dict) -> tuple[int, dict, dict]:
         assert path == PATHS[self.kind], path

@@ -10,15 +10,13 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import free_port, stop_process
+from conftest import JsonApi, free_port, stop_process
 
 import chroma_store
 import embedders
@@ -63,7 +61,7 @@ def same(got: list, expected: list) -> bool:
     return got.shape == expected.shape and bool(np.allclose(got, expected, atol=1e-9))
 
 
-class Provider:
+class Provider(JsonApi):
     """One provider's embeddings API on 127.0.0.1: records every request; `script` holds
     canned (status, headers, body) answers for the next requests, else it embeds."""
 
@@ -71,47 +69,14 @@ class Provider:
         self.kind, self.dim, self.max_chars = kind, dim, max_chars
         self.key = KEYS[kind][1]
         self.ignore_dimension = False  # True: answer at `dim` whatever was asked
-        self.requests: list[dict] = []
-        self.script: list[tuple[int, dict, dict]] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _handler(self) -> type:
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                provider.requests.append({"path": self.path, "body": body,
-                                          "headers": {k.lower(): v for k, v in
-                                                      self.headers.items()}})
-                status, headers, answer = provider.answer(self.path, self.headers, body)
-                data = json.dumps(answer).encode("utf-8")
-                self.send_response(status)
-                for name, value in {**headers, "Content-Type": "application/json"}.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        return Handler
+        super().__init__()
 
     def answer(self, path: str, headers, body: dict) -> tuple[int, dict, dict]:
-        if self.script:
-            return self.script.pop(0)
         return getattr(self, f"_{self.kind}")(path, headers, body)
 
     def _openai(self, path: str, headers, body: dict) -> tuple[int, dict, dict]:
         assert path == "/v1/embeddings", path
-        if headers.get("Authorization") != f"Bearer {self.key}":
+        if headers.get("authorization") != f"Bearer {self.key}":
             return 401, {}, {"error": {"message": "Incorrect API key provided: sk-te***42.",
                                        "type": "invalid_request_error", "param": None,
                                        "code": "invalid_api_key"}}
