@@ -168,3 +168,17 @@ class JsonApi:
                 pass
 
         return Handler
+
+
+async def call(client, tool: str, **args) -> dict:
+    """A tool's structured result (fastmcp's Client raises ToolError if the tool failed)."""
+    return (await client.call_tool(tool, args)).structured_content
+
+
+async def tool_error(client, tool: str, **args) -> str:
+    """The text of a tool call that must fail as an MCP tool error (isError), not a crash."""
+    result = await client.call_tool(tool, args, raise_on_error=False)
+    assert result.is_error, result
+    text = result.content[0].text
+    assert "Traceback" not in text and 'File "' not in text
+    return text

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 import pytest_asyncio
-from conftest import clean_env
+from conftest import call, clean_env, tool_error
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
@@ -91,18 +91,6 @@ async def stdio(base, tmp_path_factory):
     async with server(base, log) as client:
         yield client
     assert "Traceback" not in log.read_text(encoding="utf-8", errors="replace")
-
-
-async def call(client: Client, tool: str, **args) -> dict:
-    return (await client.call_tool(tool, args)).structured_content
-
-
-async def tool_error(client: Client, tool: str, **args) -> str:
-    result = await client.call_tool(tool, args, raise_on_error=False)
-    assert result.is_error, result
-    text = result.content[0].text
-    assert "Traceback" not in text and 'File "' not in text
-    return text
 
 
 def server_rss(base: Path) -> int:

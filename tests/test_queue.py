@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import clean_env
+from conftest import call, clean_env
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
@@ -167,10 +167,6 @@ def test_server_serves_an_old_schema_read_only_and_the_indexer_migrates_it(tmp_p
     raw = sqlite3.connect(kb.fulltext_path)
     assert raw.execute("PRAGMA user_version").fetchone()[0] == fulltext.SCHEMA_VERSION
     raw.close()
-
-
-async def call(client: Client, tool: str, **args) -> dict:
-    return (await client.call_tool(tool, args)).structured_content
 
 
 @pytest.mark.slow

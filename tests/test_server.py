@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
-from conftest import clean_env, free_port, stop_process
+from conftest import call, clean_env, free_port, stop_process, tool_error
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
@@ -160,20 +160,6 @@ async def stdio(corpus):
         yield client
     # errors are tool results, never crashes: nothing in the server's stderr is a traceback
     assert "Traceback" not in log.read_text(encoding="utf-8", errors="replace")
-
-
-async def call(client: Client, tool: str, **args) -> dict:
-    """A tool's structured result (fastmcp's Client raises ToolError if the tool failed)."""
-    return (await client.call_tool(tool, args)).structured_content
-
-
-async def tool_error(client: Client, tool: str, **args) -> str:
-    """The text of a tool call that must fail as an MCP tool error (isError), not a crash."""
-    result = await client.call_tool(tool, args, raise_on_error=False)
-    assert result.is_error, result
-    text = result.content[0].text
-    assert "Traceback" not in text and 'File "' not in text
-    return text
 
 
 async def assert_read_back(call_tool, hits: list[dict]) -> None:
