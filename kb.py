@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import embedders
 import fulltext
+import search
 
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
@@ -104,6 +105,7 @@ class KnowledgeBase:
     source_paths: list[str] = field(default_factory=list)
     embedding: dict = field(default_factory=lambda: {"provider": "builtin"})
     chroma_url: str | None = None
+    search: dict = field(default_factory=dict)  # the validated `search` block (fusion)
 
     @property
     def fulltext_path(self) -> Path:
@@ -114,6 +116,8 @@ class KnowledgeBase:
                 "embedding": self.embedding}
         if self.chroma_url:
             data["chromaUrl"] = self.chroma_url
+        if self.search:
+            data["search"] = self.search
         return data
 
 
@@ -159,7 +163,14 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
         check_chroma_url(url, "LINECITE_CHROMA_URL" if os.environ.get("LINECITE_CHROMA_URL")
                          else f"{path}: field 'chromaUrl'")
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
-                         data.get("sourcePaths") or [], embedding, url)
+                         data.get("sourcePaths") or [], embedding, url, data.get("search") or {})
+
+
+def search_settings(kb: KnowledgeBase) -> dict:
+    """The KB's fusion as keyword arguments of search.Searcher.search (already validated by
+    load); a field left out takes search.py's default."""
+    return {"fusion": kb.search.get("fusion", search.DEFAULT_FUSION),
+            "vector_weight": kb.search.get("vectorWeight")}
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -174,6 +185,7 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "chunking": (dict, '{"targetChars": 1000}'),
     "audio": (dict, "an object"),
     "chromaUrl": (str, '"http://127.0.0.1:8001"'),
+    "search": (dict, '{"fusion": "rrf"}'),
 }
 
 
@@ -189,6 +201,7 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     if not all(isinstance(p, str) for p in data.get("sourcePaths") or []):
         raise ConfigError(f"{path}: field 'sourcePaths' must hold folder paths as strings")
     _validate_embedding(data.get("embedding") or {}, path)
+    _validate_search(data.get("search") or {}, path)
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
@@ -231,6 +244,23 @@ def _validate_embedding(block: dict, path: Path) -> None:
     if batch is not None and not 1 <= batch <= most:
         raise ConfigError(f"{path}: field 'embedding.batchSize' must be 1-{most} for provider "
                           f"{provider!r}, not {batch}")
+
+
+def _validate_search(block: dict, path: Path) -> None:
+    """Check the `search` block: `fusion` one of search.FUSIONS, `vectorWeight` 0-1."""
+    for name in block:
+        if name not in ("fusion", "vectorWeight"):
+            raise ConfigError(f"{path}: field 'search.{name}' is not known; known fields: "
+                              "fusion, vectorWeight")
+    fusion = block.get("fusion")
+    if fusion is not None and fusion not in search.FUSIONS:
+        raise ConfigError(f"{path}: field 'search.fusion' is {fusion!r}; use one of "
+                          f"{', '.join(search.FUSIONS)}")
+    weight = block.get("vectorWeight")
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
+                               or not 0.0 <= weight <= 1.0):
+        raise ConfigError(f"{path}: field 'search.vectorWeight' must be a number from 0 (BM25 "
+                          f"only) to 1 (vectors only), not {weight!r}")
 
 
 def check_chroma_url(url: str, where: str) -> None:

@@ -27,11 +27,13 @@ import limits
 # ---------------------------------------------------------------------------
 Mode = Literal["auto", "bm25", "vector", "exact"]
 Fusion = Literal["convex", "rrf"]
+FUSIONS: tuple[Fusion, ...] = ("convex", "rrf")  # a KB's `search.fusion` (kb.py checks it)
+DEFAULT_FUSION: Fusion = "convex"  # a KB without a `search` block
+FUSION_WEIGHTS = {  # vector leg's share per method when the KB gives no `vectorWeight`
+    "convex": 0.3,  # (1-w) * bm25/max_bm25 + w * cosine: 0.2-0.4 never fell below BM25
+    "rrf": 0.5,  # plain RRF: both legs count alike
+}
 CANDIDATES = 50  # chunks taken from each leg before fusion
-# convex fusion: score = (1-w) * bm25/max_bm25 + w * cosine, with both legs scoring every
-# candidate. Tuned on the dev splits (evaluate.py): 0.2-0.4 never fell below BM25; 0.3 is
-# the middle of that range
-VECTOR_WEIGHT = 0.3
 RRF_K = 60  # reciprocal rank fusion constant (ranks start at 1)
 DIVERSITY_TOP = 5  # in the first 5 hits ...
 DIVERSITY_MAX_PER_SOURCE = 4  # ... at most 4 from one source, if another scores close
@@ -87,18 +89,30 @@ class Candidate:
     vector_rank: int | None = None
 
 
-def fuse(candidates: list[Candidate], fusion: Fusion = "convex",
-         vector_weight: float = VECTOR_WEIGHT) -> list[tuple[Candidate, float]]:
-    """Order candidates by fused score, best first."""
-    if fusion == "rrf":
-        def score(c: Candidate) -> float:
-            return sum(1.0 / (RRF_K + r) for r in (c.bm25_rank, c.vector_rank) if r is not None)
-    else:
-        top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
+def fuse(candidates: list[Candidate], fusion: Fusion = DEFAULT_FUSION,
+         vector_weight: float | None = None) -> list[tuple[Candidate, float]]:
+    """Order candidates by fused score, best first. `vector_weight` is the vector leg's share
+    (0-1); None takes the method's own default (FUSION_WEIGHTS)."""
+    weight = FUSION_WEIGHTS[fusion] if vector_weight is None else vector_weight
+    scores = _FUSERS[fusion](candidates, weight)
+    return sorted(zip(candidates, scores, strict=True), key=lambda pair: -pair[1])
 
-        def score(c: Candidate) -> float:
-            return (1 - vector_weight) * c.bm25 / top_bm25 + vector_weight * max(c.cosine, 0.0)
-    return sorted(((c, score(c)) for c in candidates), key=lambda pair: -pair[1])
+
+def _convex(candidates: list[Candidate], weight: float) -> list[float]:
+    top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
+    return [(1 - weight) * c.bm25 / top_bm25 + weight * max(c.cosine, 0.0) for c in candidates]
+
+
+def _rrf(candidates: list[Candidate], weight: float) -> list[float]:
+    """Weighted RRF, scaled so that weight 0.5 is plain RRF: 2 * ((1-w)/(k+r_bm25) +
+    w/(k+r_vector)), a leg that did not find the chunk adding nothing."""
+    def part(rank: int | None) -> float:
+        return 0.0 if rank is None else 1.0 / (RRF_K + rank)
+    return [2 * ((1 - weight) * part(c.bm25_rank) + weight * part(c.vector_rank))
+            for c in candidates]
+
+
+_FUSERS = {"convex": _convex, "rrf": _rrf}
 
 
 def _touch(a: Hit, b: Hit) -> bool:
@@ -175,7 +189,7 @@ class Searcher:
         self.tokenize = tokenize
 
     def search(self, query: str, top_k: int = 10, mode: Mode = "auto", source: str | None = None,
-               fusion: Fusion = "convex", vector_weight: float = VECTOR_WEIGHT) -> list[Hit]:
+               fusion: Fusion = DEFAULT_FUSION, vector_weight: float | None = None) -> list[Hit]:
         if mode == "exact":
             return self._exact(query, top_k, source)
         use_bm25 = mode in ("auto", "bm25")
