@@ -26,11 +26,12 @@ import limits
 
 # ---------------------------------------------------------------------------
 Mode = Literal["auto", "bm25", "vector", "exact"]
-Fusion = Literal["convex", "rrf"]
-FUSIONS: tuple[Fusion, ...] = ("convex", "rrf")  # a KB's `search.fusion` (kb.py checks it)
+Fusion = Literal["convex", "minmax", "rrf"]
+FUSIONS: tuple[Fusion, ...] = ("convex", "minmax", "rrf")  # a KB's `search.fusion`
 DEFAULT_FUSION: Fusion = "convex"  # a KB without a `search` block
 FUSION_WEIGHTS = {  # vector leg's share per method when the KB gives no `vectorWeight`
     "convex": 0.3,  # (1-w) * bm25/max_bm25 + w * cosine: 0.2-0.4 never fell below BM25
+    "minmax": 0.2,  # as convex, the cosines rescaled to 0-1 over the candidates
     "rrf": 0.5,  # plain RRF: both legs count alike
 }
 CANDIDATES = 50  # chunks taken from each leg before fusion
@@ -103,6 +104,20 @@ def _convex(candidates: list[Candidate], weight: float) -> list[float]:
     return [(1 - weight) * c.bm25 / top_bm25 + weight * max(c.cosine, 0.0) for c in candidates]
 
 
+def _minmax(candidates: list[Candidate], weight: float) -> list[float]:
+    """Convex fusion with the cosines rescaled to 0-1 over the candidates: an embedder's raw
+    cosines sit in a narrow band of its own (e5: 0.81-0.90 over 50 candidates, USE much wider),
+    so a fixed weight on raw cosines means a different share per embedder."""
+    top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
+    cosines = [c.cosine for c in candidates]
+    low, high = min(cosines, default=0.0), max(cosines, default=0.0)
+    span = high - low
+
+    def scaled(cosine: float) -> float:
+        return (cosine - low) / span if span > 0 else float(cosine > 0)
+    return [(1 - weight) * c.bm25 / top_bm25 + weight * scaled(c.cosine) for c in candidates]
+
+
 def _rrf(candidates: list[Candidate], weight: float) -> list[float]:
     """Weighted RRF, scaled so that weight 0.5 is plain RRF: 2 * ((1-w)/(k+r_bm25) +
     w/(k+r_vector)), a leg that did not find the chunk adding nothing."""
@@ -112,7 +127,7 @@ def _rrf(candidates: list[Candidate], weight: float) -> list[float]:
             for c in candidates]
 
 
-_FUSERS = {"convex": _convex, "rrf": _rrf}
+_FUSERS = {"convex": _convex, "minmax": _minmax, "rrf": _rrf}
 
 
 def _touch(a: Hit, b: Hit) -> bool:

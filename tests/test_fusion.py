@@ -48,6 +48,30 @@ def test_convex_treats_a_negative_cosine_as_zero() -> None:
     assert [round(s, 4) for _, s in search.fuse(pair, "convex", 0.3)] == [0.7, 0.686]
 
 
+def test_minmax_rescales_the_cosines_over_the_candidates() -> None:
+    # cosines .30/.40/.90 become 0/.167/1: at 0.5, C .55 > B .533 > A .5, where convex has A
+    # and B level (.65) and C last
+    assert order(SPLIT, "minmax", 0.2) == "ABC"
+    assert order(SPLIT, "minmax", 0.5) == "CBA"
+    assert order(SPLIT, "convex", 0.5)[-1] == "C"
+    scores = {c.row["source"]: s for c, s in search.fuse(SPLIT, "minmax", 0.5)}
+    assert scores["B"] == pytest.approx(0.5 * 9 / 10 + 0.5 * (0.40 - 0.30) / 0.60)
+
+
+def test_minmax_lets_a_narrow_band_of_cosines_count_where_convex_ignores_it() -> None:
+    # an e5-like embedder: every cosine within .85-.90, the vector leg sure of B
+    narrow = [cand("A", 10.0, 0.85, 1, 3), cand("B", 8.0, 0.90, 2, 1), cand("C", 1.0, 0.86, 3, 2)]
+    assert order(narrow, "convex", 0.3) == "ABC"  # .955 > .83 > .328
+    assert order(narrow, "minmax", 0.3) == "BAC"  # .86 > .70 > .13
+
+
+def test_minmax_of_equal_cosines_counts_a_positive_one_whole() -> None:
+    # one candidate (or all cosines equal): no spread to rescale, so a positive cosine is 1
+    alone = [cand("A", 2.0, 0.4, 1, 1)]
+    assert [s for _, s in search.fuse(alone, "minmax", 0.2)] == [pytest.approx(1.0)]
+    assert [s for _, s in search.fuse([cand("A", 0.0, -0.1, None, 1)], "minmax", 0.2)] == [0.0]
+
+
 def test_rrf_sees_only_ranks() -> None:
     # A (ranks 1, 3) and C (3, 1) tie whatever their scores, just above B (2, 2): 1/61 + 1/63
     # > 2/62; ties keep the candidates' order
@@ -83,7 +107,8 @@ def write_config(base: Path, config: dict) -> None:
 
 
 @pytest.mark.parametrize("block, message", [
-    ({"fusion": "combsum"}, "field 'search.fusion' is 'combsum'; use one of convex, rrf"),
+    ({"fusion": "combsum"}, "field 'search.fusion' is 'combsum'; use one of convex, minmax, "
+                            "rrf"),
     ({"fusion": 3}, "field 'search.fusion' is 3"),
     ({"vectorWeight": 1.5}, "field 'search.vectorWeight' must be a number from 0"),
     ({"vectorWeight": "0.3"}, "field 'search.vectorWeight' must be a number from 0"),
