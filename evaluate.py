@@ -31,7 +31,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from unittest import mock
 
 import chroma_store
 import chunking
@@ -189,54 +188,15 @@ def build_pdfs(name: str, cache: Path, embedding: dict | None = None) -> kbmod.K
     return kb
 
 
-# ----------------------------------------------------------------------------- fusion rules
-# Candidate rules, tried through the real search(): a replacement for search.fuse (same
-# signature), and/or a Searcher whose legs give every candidate both scores.
+# ----------------------------------------------------------------------------- methods
 
-BM25_CONFIDENT = 0.5  # BM25 is sure when its best source leads the next by this share
-
-
-def fuse_confident(candidates: list[search.Candidate], fusion: search.Fusion = "convex",
-                   vector_weight: float = 0.3) -> list[tuple[search.Candidate, float]]:
-    """Convex fusion whose vector weight fades as BM25's lead over the next source grows:
-    lead = 1 - best(other source) / best, weight = w * max(0, 1 - lead / BM25_CONFIDENT)."""
-    by_source: dict[str, float] = {}
-    for c in candidates:
-        by_source[c.row["source"]] = max(by_source.get(c.row["source"], 0.0), c.bm25)
-    top = sorted(by_source.values(), reverse=True) + [0.0, 0.0]
-    lead = 1.0 - top[1] / top[0] if top[0] > 0 else 0.0
-    weight = vector_weight * max(0.0, 1.0 - lead / BM25_CONFIDENT)
-
-    def score(c: search.Candidate) -> float:
-        return (1 - weight) * c.bm25 / (top[0] or 1.0) + weight * max(c.cosine, 0.0)
-    return sorted(((c, score(c)) for c in candidates), key=lambda pair: -pair[1])
-
-
-def fuse_zscore(candidates: list[search.Candidate], fusion: search.Fusion = "convex",
-                vector_weight: float = 0.2) -> list[tuple[search.Candidate, float]]:
-    """Convex fusion of each leg's z-scores over the candidates (scale-free on both legs)."""
-    def z(values: list[float]) -> list[float]:
-        mean = sum(values) / len(values)
-        spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
-        return [(v - mean) / spread for v in values]
-
-    if not candidates:
-        return []
-    lexical, semantic = z([c.bm25 for c in candidates]), z([c.cosine for c in candidates])
-    scores = [(1 - vector_weight) * b + vector_weight * v
-              for b, v in zip(lexical, semantic, strict=True)]
-    return sorted(zip(candidates, scores, strict=True), key=lambda pair: -pair[1])
-
-
-Fuser = Callable[..., list[tuple[search.Candidate, float]]]
-METHODS: dict[str, tuple[dict, Fuser | None]] = {  # name -> (search() args, fuse to swap in)
-    "bm25": ({"mode": "bm25"}, None),
-    "vector": ({"mode": "vector"}, None),
-    "rrf": ({"mode": "auto", "fusion": "rrf"}, None),
-    **{f"convex w={w / 10:.1f}": ({"mode": "auto", "vector_weight": w / 10}, None)
-       for w in range(1, 7)},
-    "confident w=0.3": ({"mode": "auto", "vector_weight": 0.3}, fuse_confident),
-    "zscore w=0.2": ({"mode": "auto", "vector_weight": 0.2}, fuse_zscore),
+METHODS: dict[str, dict] = {  # name -> search() arguments
+    "bm25": {"mode": "bm25"},
+    "vector": {"mode": "vector"},
+    "rrf": {"mode": "auto", "fusion": "rrf"},
+    f"default ({search.DEFAULT_FUSION})": {"mode": "auto"},
+    **{f"{fusion} w={w / 10:.1f}": {"mode": "auto", "fusion": fusion, "vector_weight": w / 10}
+       for fusion in ("convex", "minmax") for w in range(1, 6)},
 }
 
 
@@ -259,15 +219,10 @@ class CachedEmbeddings:
         return getattr(self.store, name)
 
 
-def ranked(searcher: search.Searcher, query: str, kwargs: dict, fuser: Fuser | None,
+def ranked(searcher: search.Searcher, query: str, kwargs: dict,
            key: Callable[[search.Hit], str]) -> list[str]:
     """Documents (or pages) in the order of their first hit."""
-    if fuser is None:
-        hits = searcher.search(query, HITS, **kwargs)
-    else:
-        with mock.patch.object(search, "fuse", fuser):
-            hits = searcher.search(query, HITS, **kwargs)
-    return list(dict.fromkeys(map(key, hits)))
+    return list(dict.fromkeys(map(key, searcher.search(query, HITS, **kwargs))))
 
 
 def ndcg(ranking: list[str], relevant: dict[str, int]) -> float:
@@ -286,8 +241,8 @@ def evaluate(searcher: search.Searcher, queries: dict[str, str], qrels: Qrels,
     scores: dict[str, list[tuple[float, float]]] = {name: [] for name in METHODS}
     start = time.perf_counter()
     for n, (qid, relevant) in enumerate(qrels.items(), 1):
-        for name, (kwargs, fuser) in METHODS.items():
-            ranking = ranked(searcher, queries[qid], kwargs, fuser, key)
+        for name, kwargs in METHODS.items():
+            ranking = ranked(searcher, queries[qid], kwargs, key)
             scores[name].append((ndcg(ranking, relevant), recall(ranking, relevant)))
         if n % 100 == 0 or n == len(qrels):
             print(f"  {n}/{len(qrels)} queries, {time.perf_counter() - start:.0f} s",

