@@ -534,16 +534,29 @@ if ($WithOcr) {
             $script:Changed = $true
         }
         $env:TESSDATA_PREFIX = $UserTessdata  # the host config written below carries it too
+        # No package on PyPI or winget carries Korean and Chinese data: they come from the
+        # Tesseract project's own tessdata_fast into the user's folder (no administrator needed).
+        # TLS 1.2 is switched on for Windows PowerShell 5.1; a .part file never looks complete.
+        [Net.ServicePointManager]::SecurityProtocol = [Net.ServicePointManager]::SecurityProtocol -bor [Net.SecurityProtocolType]::Tls12
         $missing = @()
         foreach ($lang in @('kor', 'chi_sim')) {
-            if (-not (Test-Path -LiteralPath (Join-Path $UserTessdata "$lang.traineddata"))) { $missing += $lang }
+            $target = Join-Path $UserTessdata "$lang.traineddata"
+            if (Test-Path -LiteralPath $target) { continue }
+            Write-Step "Downloading Tesseract's $lang data into $UserTessdata"
+            try {
+                Invoke-WebRequest -UseBasicParsing -Uri "https://github.com/tesseract-ocr/tessdata_fast/raw/main/$lang.traineddata" -OutFile "$target.part"
+                Move-Item -LiteralPath "$target.part" -Destination $target -Force
+                $script:Changed = $true
+            } catch {
+                Remove-Item -LiteralPath "$target.part" -ErrorAction SilentlyContinue
+                $missing += $lang
+            }
         }
         if ($missing.Count -eq 0) {
             Write-Info "Tesseract has Korean and Chinese data: $UserTessdata (TESSDATA_PREFIX)"
         } else {
-            # No package on PyPI or winget carries these files: the user fetches them (no admin needed).
-            Write-Warning2 ("Tesseract lacks: $($missing -join ', '). Neither winget nor PyPI ships them; " +
-                'download them into your own tessdata folder (no administrator needed) with:')
+            Write-Warning2 ("Tesseract lacks: $($missing -join ', ') (the download failed: no network?); " +
+                'once online, fetch them into your own tessdata folder (no administrator needed) with:')
             foreach ($lang in $missing) {
                 Write-Host ("    Invoke-WebRequest -UseBasicParsing -Uri https://github.com/tesseract-ocr/tessdata_fast/raw/main/$lang.traineddata " +
                     "-OutFile '$(Join-Path $UserTessdata "$lang.traineddata")'")
