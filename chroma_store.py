@@ -308,18 +308,18 @@ class ChromaStore:
         """The vector of a search query (some models embed queries differently)."""
         return self.embedder.embed_query(text)
 
-    def upsert(self, ids: list[str], embeddings: Sequence, documents: list[str],
-               metadatas: list[dict]) -> None:
-        """Insert or replace chunks, in batches the client accepts."""
-        if not len(ids) == len(embeddings) == len(documents) == len(metadatas):
-            raise ValueError("upsert needs one embedding, document and metadata per id")
+    def upsert(self, ids: list[str], embeddings: Sequence, metadatas: list[dict]) -> None:
+        """Insert or replace chunks' vectors, in batches the client accepts. No text: SQLite
+        holds it, and nothing reads a second copy here."""
+        if not len(ids) == len(embeddings) == len(metadatas):
+            raise ValueError("upsert needs one embedding and metadata per id")
         if not ids:
             return
         collection = self._checked(len(embeddings[0]), record=True)
         metas = [m or None for m in metadatas]  # Chroma rejects an empty metadata dict
         for part in _batches(len(ids), self._max_batch):
             collection.upsert(ids=list(ids[part]), embeddings=_matrix(embeddings[part]),
-                              documents=list(documents[part]), metadatas=metas[part])
+                              metadatas=metas[part])
 
     def delete(self, ids: list[str]) -> None:
         """Remove chunks by id; unknown ids are ignored (Chroma's own behaviour)."""

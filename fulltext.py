@@ -434,6 +434,28 @@ def chunks_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int
 BM25_PRUNE_MIN_CHUNKS = 1000  # from this many chunks on, BM25 skips tokens with idf <= 0
 
 
+def fts_totals(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(rows, tokens) of chunks_fts, read from FTS5's averages record (rowid 1 of its data
+    table: two varints), which is what bm25() itself uses; a count(*) of a million chunks
+    on every query cost more than the search."""
+    row = conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()
+    if row is None or not row[0]:  # a new index: no record, or an empty one
+        return 0, 0
+    block, at, values = row[0], 0, []
+    for _ in range(2):  # SQLite varints: 7 bits a byte, high bit = more; the 9th byte whole
+        value = 0
+        for _ in range(8):
+            byte = block[at]
+            at += 1
+            value = (value << 7) | (byte & 0x7F)
+            if not byte & 0x80:
+                break
+        else:
+            value, at = (value << 8) | block[at], at + 1
+        values.append(value)
+    return values[0], values[1]
+
+
 def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
     """The FTS5 query for these tokens, without those in half the chunks or more.
 
@@ -447,7 +469,7 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
     rarest ones, which carry nearly all of BM25's weight, so its cost stays bounded.
     """
     tokens = list(dict.fromkeys(t for t in query_tokens if t))
-    total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    total = fts_totals(conn)[0]
     if not tokens or (total < BM25_PRUNE_MIN_CHUNKS and len(tokens) <= MAX_QUERY_TOKENS):
         return quote_fts(tokens)
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab"
@@ -634,6 +656,11 @@ def state_counts(conn: sqlite3.Connection) -> dict[str, int]:
     """Sources per state, every state present (0 where none), named as tools show them."""
     found = dict(conn.execute("SELECT state, count(*) FROM sources GROUP BY state").fetchall())
     return {STATE_LABELS.get(s, s): found.get(s, 0) for s in STATES}
+
+
+def embedded_count(conn: sqlite3.Connection) -> int:
+    """Chunks whose vectors the store should hold; one count, not all of counts()'s."""
+    return conn.execute("SELECT count(*) FROM chunks WHERE embed_state = 'indexed'").fetchone()[0]
 
 
 def counts(conn: sqlite3.Connection) -> dict[str, int]:

@@ -35,6 +35,7 @@ class OpenKB:
     searcher: object | None = None
     data_version: int = -1  # SQLite's PRAGMA data_version when the store was last checked
     vector_note: str | None = None  # why the vector leg cannot serve it all, from that check
+    vector_checked: bool = False  # vector_note is current for data_version
     lock: threading.RLock = field(default_factory=threading.RLock)  # one tool call at a time
     depth: int = 0  # nested reading() calls of the thread holding `lock`
 
@@ -127,7 +128,7 @@ class Library:
                 if outer:
                     end_read(entry.conn)
 
-    def _searcher(self, entry: OpenKB):
+    def _searcher(self, entry: OpenKB, vector: bool = True):
         """The KB's Searcher (call with entry.lock held), its vector store opened when there
         is one to open, and reopened when another connection has written the KB.
 
@@ -136,7 +137,8 @@ class Library:
         `python ingest.py` indexed after the server started. PRAGMA data_version changes when
         any other connection commits; reopening is cheap next to a document never found. The
         store is opened read-only (the server never creates store files) and checked against
-        SQLite's count of embedded chunks each time.
+        SQLite's count of embedded chunks, but only when `vector` asks for it: opening Chroma
+        costs a keyword search its first answer.
         """
         import search
 
@@ -147,8 +149,9 @@ class Library:
             if entry.store is not None:
                 entry.store.close()
             entry.store = _store_for(entry.kb)
-            entry.vector_note = vector_problem(entry)
-            entry.data_version = version
+            entry.data_version, entry.vector_checked = version, False
+        if vector and not entry.vector_checked:
+            entry.vector_note, entry.vector_checked = vector_problem(entry), True
         entry.searcher.store = entry.store
         return entry.searcher
 
@@ -190,8 +193,9 @@ class Library:
         if source is not None:
             source = self._source_name(kb, source)
         with self.reading(kb) as entry, entry.lock:  # no store is closed under a query
-            searcher = self._searcher(entry)
-            degraded = entry.vector_note if mode in ("vector", "auto") else None
+            vector = mode in ("vector", "auto")
+            searcher = self._searcher(entry, vector)
+            degraded = entry.vector_note if vector else None
             if mode == "vector" and entry.store is None:
                 raise UserError(degraded or f"knowledge base {kb!r} has no embedder (embedding "
                                 "provider 'none'); use search_mode 'bm25', 'exact' or 'auto'")
@@ -435,8 +439,10 @@ def vector_problem(entry: OpenKB) -> str | None:
     """
     import chroma_store
 
-    embedded = fulltext.counts(entry.conn)["embedded"]
-    if entry.store is None or not embedded:
+    if entry.store is None:
+        return None
+    embedded = fulltext.embedded_count(entry.conn)
+    if not embedded:
         return None
     try:
         held = entry.store.count()

@@ -70,7 +70,7 @@ def fill(store: ChromaStore) -> None:
     """Put DOCS into the store with their language as metadata."""
     ids = list(DOCS)
     metas = [{"lang": i.split("-")[0], "source": f"{i}.txt"} for i in ids]
-    store.upsert(ids, store.embed(list(DOCS.values())), list(DOCS.values()), metas)
+    store.upsert(ids, store.embed(list(DOCS.values())), metas)
 
 
 def assert_round_trip(store: ChromaStore) -> None:
@@ -188,7 +188,7 @@ def test_collection_records_its_embedder_and_refuses_another(tmp_path: Path, use
     try:
         for call in (lambda: other.query([0.1] * 384, 3), other.count,
                      lambda: other.cosines([0.1] * 384, ["en-train"]),
-                     lambda: other.upsert(["x"], [[0.1] * 384], ["x"], [{}])):
+                     lambda: other.upsert(["x"], [[0.1] * 384], [{}])):
             with pytest.raises(EmbedderMismatch) as caught:
                 call()
             message = str(caught.value)
@@ -201,7 +201,7 @@ def test_collection_records_its_embedder_and_refuses_another(tmp_path: Path, use
         other.delete(["en-train"])
         other.reset()
         assert other.count() == 0
-        other.upsert(["x"], [[1.0] + [0.0] * 383], ["x"], [{}])
+        other.upsert(["x"], [[1.0] + [0.0] * 383], [{}])
         assert other.query([1.0] + [0.0] * 383, 1)[0][0] == "x"
     finally:
         other.close()
@@ -287,7 +287,7 @@ schema_ef = col.schema.defaults.float_list.vector_index.config.embedding_functio
 by_text = col.query(query_texts=[sys.argv[2]], n_results=1)["ids"][0]
 client.close()
 store = chroma_store.ChromaStore(kb, "default", chroma_store.embedder_for(None))
-store.upsert(["new"], store.embed(["fresh"]), ["fresh"], [{"lang": "en"}])
+store.upsert(["new"], store.embed(["fresh"]), [{"lang": "en"}])
 out = {"config_ef": type(col.configuration["embedding_function"]).__name__,
        "is_ours": isinstance(col.configuration["embedding_function"], UseEmbedding),
        "schema_is_ours": isinstance(schema_ef, UseEmbedding),
@@ -351,7 +351,7 @@ def test_upsert_and_delete_beyond_the_client_batch_limit(tmp_path: Path, use) ->
         vectors = np.random.default_rng(0).standard_normal((n, 512)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         ids = [f"c{i}" for i in range(n)]
-        store.upsert(ids, vectors, ["x"] * n, [{}] * n)  # empty metadata is allowed too
+        store.upsert(ids, vectors, [{}] * n)  # empty metadata is allowed too
         assert store.count() == n and store.all_ids() == set(ids)
         assert store.query(vectors[n - 1], 1)[0][0] == f"c{n - 1}"
         store.delete(ids)

@@ -218,7 +218,7 @@ def test_the_context_is_embedded_with_the_chunk_and_chroma_keeps_the_raw_text(
         conn = fulltext.connect(kb.fulltext_path, readonly=True)
         try:
             stored = store._open().get(include=["documents"])["documents"]
-            assert sorted(stored) == sorted(DOCS.values())
+            assert stored == [None] * 3  # the text lives in SQLite only (issue 16)
             hits = search.Searcher(conn, store).search(f"{MARKER} rye", 3, "vector")
             assert hits[0].source == "docs/bakery.txt" and hits[0].text == DOCS["bakery.txt"]
         finally:

