@@ -3,9 +3,10 @@
 install.sh runs for real: in a copy of the repo's files, with HOME and LINECITE_HOME in tmp
 (nothing touches the real home; pip's cache is the real one so reinstalls are quick), it makes
 a fresh venv, installs requirements.txt, checks the server over stdio, starts it over HTTP in
-the background; a real MCP client then lists its tools; a second run must change nothing;
-`--stop` must end it. `--configure-claude` is run alone against a Claude Desktop config that
-already holds another server. install.ps1 cannot run here (no PowerShell): it is parsed with
+the background (`--port` chooses HTTP mode); a real MCP client then lists its tools; a second
+run must change nothing; `--stop` must end it (from any shell: tests/test_install_modes.py).
+`--configure-claude` is run alone against a Claude Desktop config that already holds another
+server. install.ps1 cannot run here (no PowerShell): it is parsed with
 tree-sitter's PowerShell grammar, and each step of install.sh must have its counterpart in it.
 
     pytest tests/test_install.py -m "not slow"   # everything but the real install (seconds)
@@ -178,12 +179,11 @@ def test_install_sh_installs_checks_and_serves_over_http(installed):
     assert f"http://127.0.0.1:{installed.port}/mcp" in out
     assert str(installed.log) in out and installed.log.is_file()
     assert "linecite: serving MCP on" in installed.log.read_text()
-    # the printed MCP host block points at the venv python and this server.py
+    # --port chose HTTP mode: the printed MCP host block is the server's URL, and only that
     block = json.loads(out[out.index('{\n  "mcpServers"'):out.index("\n}\n") + 2])
-    entry = block["mcpServers"]["linecite"]
-    assert entry["command"] == str(venv / "bin" / "python")
-    assert entry["args"] == [str(installed.folder / "server.py")]
-    assert entry["env"] == {"LINECITE_HOME": installed.env["LINECITE_HOME"]}
+    url = f"http://127.0.0.1:{installed.port}/mcp"
+    assert block == {"mcpServers": {"linecite": {"url": url}}}
+    assert out.count('"mcpServers"') == 1
     # and a real MCP client lists the same tools over streamable HTTP
     import anyio
     assert anyio.run(http_tool_names, installed.port) == stdio_tools
@@ -222,7 +222,8 @@ def test_install_sh_stop_ends_the_server(installed):
     assert alive(pid) and port_open(installed.port)
     result = run_sh(installed.folder, installed.env, "--stop", timeout=60)
     assert result.returncode == 0, show(result)
-    assert f"Stopping the linecite server (PID {pid})" in result.stdout
+    assert f"Stopping the linecite server on 127.0.0.1:{installed.port} (PID {pid}," \
+        in result.stdout
     deadline = time.monotonic() + 10
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -230,7 +231,8 @@ def test_install_sh_stop_ends_the_server(installed):
     assert not port_open(installed.port)
     assert not installed.pid_file.exists()
     again = run_sh(installed.folder, installed.env, "--stop")
-    assert again.returncode == 0 and "no linecite server is running" in again.stdout
+    assert again.returncode == 0
+    assert "no linecite server started by this install is running" in again.stdout
     # a port some other program holds: refused, no PID file written
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
