@@ -1,17 +1,22 @@
 <#
 .SYNOPSIS
     linecite installer for Windows: Python check, .venv beside this script, requirements, a
-    stdio self-test, then the MCP server over HTTP in the background. Running it again changes
-    nothing that is already in place.
+    stdio self-test, then the config for your MCP host. Two ways to run linecite, pick one:
+    stdio (default): the host starts server.py itself; one host, nothing to keep running.
+    HTTP (-Http): one background server at http://127.0.0.1:8000/mcp that several hosts or
+    agents share, or for a host that speaks only HTTP. Running it again changes nothing that
+    is already in place.
 
 .EXAMPLE
     powershell -ExecutionPolicy Bypass -File .\install.ps1
 .EXAMPLE
     powershell -ExecutionPolicy Bypass -File .\install.ps1 -ConfigureClaude
 .EXAMPLE
+    powershell -ExecutionPolicy Bypass -File .\install.ps1 -Http
+.EXAMPLE
     powershell -ExecutionPolicy Bypass -File .\install.ps1 -WithAudio
 .EXAMPLE
-    powershell -ExecutionPolicy Bypass -File .\install.ps1 -Stop
+    powershell -ExecutionPolicy Bypass -File .\install.ps1 -Stop -Port 8000
 .EXAMPLE
     powershell -ExecutionPolicy Bypass -File .\install.ps1 -SelfTest
 
@@ -21,21 +26,23 @@
 #>
 [CmdletBinding()]
 param(
-    # HTTP port of the background server
+    # HTTP port of the background server (implies -Http; with -Stop: stop that one only)
     [int]$Port = 8000,
-    # address to bind; any but loopback needs LINECITE_HTTP_TOKEN
+    # address to bind; any but loopback needs LINECITE_HTTP_TOKEN (implies -Http)
     [string]$BindHost = '127.0.0.1',
-    # install and check only; do not start the server
+    # start one HTTP server in the background that several hosts or agents share
+    [switch]$Http,
+    # install and check only; do not start the HTTP server
     [switch]$NoLaunch,
-    # start the server only (the venv must exist)
+    # skip the install steps (the venv must exist); with -Http: start the server only
     [switch]$SkipInstall,
-    # add linecite to Claude Desktop's config (backed up first)
+    # write the stdio config into Claude Desktop's config (backed up first)
     [switch]$ConfigureClaude,
     # also install Tesseract OCR through winget and check its Korean and Chinese data
     [switch]$WithOcr,
     # also install faster-whisper and fetch its Whisper model, so recordings are transcribed
     [switch]$WithAudio,
-    # stop the background server and exit
+    # stop the HTTP server(s) this install started, whatever the environment, and exit
     [switch]$Stop,
     # check this machine (Python, venv, server start/stop, Claude config, base folder) and exit
     [switch]$SelfTest
@@ -59,6 +66,10 @@ $Requirements = Join-Path $Here 'requirements.txt'
 $VerifyPy = Join-Path $Here 'verify_install.py'
 $McpConfigPy = Join-Path $Here 'mcp_config.py'
 $Stamp = Join-Path $Venv '.linecite-requirements.sha256'  # hash of the requirements.txt last installed
+$StatePrefix = Join-Path $Venv '.linecite-http-'  # + port.state: where that port's server's PID file lives
+$PortGiven = $PSBoundParameters.ContainsKey('Port')
+# stdio unless -Http, -Port or -BindHost asks for the shared HTTP server
+$UseHttp = $Http -or $PortGiven -or $PSBoundParameters.ContainsKey('BindHost')
 
 # The base folder, as server.py works it out (kb.py): LINECITE_HOME, else %USERPROFILE%\.linecite.
 # Not under AppData: Claude Desktop is an MSIX package, and Windows redirects what its processes
@@ -93,6 +104,8 @@ function Test-SamePath([string]$A, [string]$B) {
 
 $script:Changed = $false  # set when a step changed something; false at the end: nothing to do
 $script:Restart = $false  # set when the server was stopped for pip: started again even with -NoLaunch
+$script:StoppedPort = 0    # the port and address of the last server Stop-Server stopped (0: none
+$script:StoppedHost = ''   # recorded): a restart uses them when this run did not ask for -Http
 
 function Write-Step([string]$Message) { Write-Host "==> $Message" -ForegroundColor Cyan }
 function Write-Info([string]$Message) { Write-Host "    $Message" }
@@ -116,20 +129,41 @@ function Invoke-Native([string]$Exe, [string[]]$Arguments) {
 }
 
 # -- helpers for the background server --------------------------------------------------------
-# The process in a PID file when it is alive and is this venv's python; else $null.
+# The server's PID file sits in the base folder, which depends on LINECITE_HOME; a window without
+# it would look in the wrong place. So each server this install starts is also recorded in the
+# venv ($StatePrefix<port>.state: port, host, base, pid_file, pid), which -Stop reads first.
+
+# A process id from text, or 0.
+function ConvertTo-Id([string]$Text) {
+    $number = 0
+    if ($null -eq $Text -or -not [int]::TryParse($Text.Trim(), [ref]$number)) { return 0 }
+    return $number
+}
+
+# The process with this id when it is alive and is this venv's python; else $null (none, or the
+# PID was reused by another program).
+function Get-OurProcess([int]$ServerId) {
+    if ($ServerId -le 0) { return $null }
+    $proc = Get-Process -Id $ServerId -ErrorAction SilentlyContinue
+    if ($null -eq $proc) { return $null }
+    $path = $null
+    try { $path = $proc.Path } catch { $path = $null }
+    if ($path -and ($path -ieq $VenvPy)) { return $proc }
+    return $null
+}
+
+function Read-PidFile([string]$File) {
+    if (-not $File -or -not (Test-Path -LiteralPath $File)) { return 0 }
+    return (ConvertTo-Id (Get-Content -LiteralPath $File -Raw))
+}
+
+# The process in this window's PID files (this base folder's, an older install's) when it is ours.
 function Get-ServerProcess {
     foreach ($file in $PidFiles) {
-        if (-not (Test-Path -LiteralPath $file)) { continue }
-        $text = Get-Content -LiteralPath $file -Raw
-        $serverId = 0
-        if ($null -eq $text -or -not [int]::TryParse($text.Trim(), [ref]$serverId)) { continue }
-        $proc = Get-Process -Id $serverId -ErrorAction SilentlyContinue
-        if ($null -eq $proc) { continue }
-        $path = $null
-        try { $path = $proc.Path } catch { $path = $null }
-        if ($path -and ($path -ieq $VenvPy)) { return $proc }
+        $proc = Get-OurProcess (Read-PidFile $file)
+        if ($null -ne $proc) { return $proc }
     }
-    return $null  # none, or the PID was reused by another program
+    return $null
 }
 
 # Processes other than ours running this venv's python.exe: MCP hosts' stdio servers.
@@ -167,6 +201,44 @@ function Get-CommandLine([int]$ProcessId) {
     return $null
 }
 
+# True when the process's command line serves HTTP on that port.
+function Test-ServesPort([int]$ServerId, [int]$PortNumber) {
+    return ((Get-CommandLine $ServerId) -match ('--transport http .*--port ' + $PortNumber + '(\s|$)'))
+}
+
+# Record a server; written aside then moved, so a reader never sees half a file.
+function Write-ServerState([int]$ServerId, [int]$PortNumber, [string]$Address, [string]$PidPath) {
+    $file = "$StatePrefix$PortNumber.state"
+    $lines = [string[]]@("port=$PortNumber", "host=$Address", "base=$Base", "pid_file=$PidPath",
+        "pid=$ServerId")
+    [System.IO.File]::WriteAllLines("$file.tmp", $lines, (New-Object System.Text.UTF8Encoding $false))
+    Move-Item -LiteralPath "$file.tmp" -Destination $file -Force
+}
+
+function Read-ServerState([string]$File) {
+    $state = @{}
+    foreach ($line in @(Get-Content -LiteralPath $File -Encoding UTF8 -ErrorAction SilentlyContinue)) {
+        $at = $line.IndexOf('=')
+        if ($at -gt 0) { $state[$line.Substring(0, $at)] = $line.Substring($at + 1) }
+    }
+    return $state
+}
+
+# The live server a state names (its PID file's process, else the PID it recorded) when it still
+# serves that port; $null when it is gone. A command line WMI will not show is trusted.
+function Get-StateProcess($State) {
+    $proc = Get-OurProcess (Read-PidFile $State['pid_file'])
+    if ($null -eq $proc) { $proc = Get-OurProcess (ConvertTo-Id $State['pid']) }
+    if ($null -eq $proc) { return $null }
+    $cmdLine = Get-CommandLine $proc.Id
+    if ($cmdLine -and -not (Test-ServesPort $proc.Id (ConvertTo-Id $State['port']))) { return $null }
+    return $proc
+}
+
+function Get-StateFiles {
+    return @(Get-ChildItem -LiteralPath $Venv -Filter '.linecite-http-*.state' -Force -ErrorAction SilentlyContinue)
+}
+
 # True when something accepts connections on the port (a wildcard bind is checked on loopback).
 function Test-PortOpen([string]$Address = $BindHost, [int]$PortNumber = $Port) {
     $target = $Address
@@ -189,22 +261,64 @@ function Test-PortOpen([string]$Address = $BindHost, [int]$PortNumber = $Port) {
     }
 }
 
-function Stop-Server {
-    $proc = Get-ServerProcess
-    if ($null -eq $proc) {
-        Write-Info "no linecite server is running from $PidFile"
-    } else {
-        Write-Step "Stopping the linecite server (PID $($proc.Id))"
-        Stop-ProcessTree $proc.Id
-        $proc.WaitForExit(10000) | Out-Null
-        Write-Info 'stopped'
+function Stop-ServerProcess($Proc, [string]$What) {
+    Write-Step "Stopping the linecite server $What"
+    Stop-ProcessTree $Proc.Id
+    $Proc.WaitForExit(10000) | Out-Null
+}
+
+# Stop every server this install started (only the one on OnlyPort when it is not 0): those its
+# state files name, and the one in this window's PID files (started before state files existed).
+# Returns how many were stopped; remembers the last one's port and address for a restart.
+function Stop-Server([int]$OnlyPort = 0) {
+    $stopped = 0
+    foreach ($file in (Get-StateFiles)) {
+        $state = Read-ServerState $file.FullName
+        $statePort = ConvertTo-Id $state['port']
+        if ($OnlyPort -and ($statePort -ne $OnlyPort)) { continue }
+        $proc = Get-StateProcess $state
+        if ($null -ne $proc) {
+            Stop-ServerProcess $proc "on $($state['host']):$statePort (PID $($proc.Id), base folder $($state['base']))"
+            $stopped += 1
+            $script:StoppedPort = $statePort
+            $script:StoppedHost = $state['host']
+        }
+        if ($state['pid_file'] -and ($null -eq (Get-OurProcess (Read-PidFile $state['pid_file'])))) {
+            Remove-Item -LiteralPath $state['pid_file'] -Force -ErrorAction SilentlyContinue
+        }
+        Remove-Item -LiteralPath $file.FullName -Force -ErrorAction SilentlyContinue
     }
-    foreach ($file in $PidFiles) { Remove-Item -LiteralPath $file -Force -ErrorAction SilentlyContinue }
+    $proc = Get-ServerProcess
+    if (($null -ne $proc) -and ((-not $OnlyPort) -or (Test-ServesPort $proc.Id $OnlyPort))) {
+        Stop-ServerProcess $proc "(PID $($proc.Id), PID file $PidFile)"
+        $stopped += 1
+        foreach ($file in $PidFiles) { Remove-Item -LiteralPath $file -Force -ErrorAction SilentlyContinue }
+    }
+    if ($stopped -gt 0) { Write-Info 'stopped' }
+    return $stopped
 }
 
 if ($Stop) {
-    Stop-Server
+    $onlyPort = 0
+    if ($PortGiven) { $onlyPort = $Port }
+    if ((Stop-Server $onlyPort) -eq 0) {
+        $what = 'no linecite server started by this install is running'
+        if ($onlyPort) {
+            $what = "$what on port $onlyPort"
+            if (Test-PortOpen $BindHost $onlyPort) {
+                Stop-Install ("$what, but port $onlyPort is in use by another program (a server started by hand, " +
+                    'or another program): stop it yourself')
+            }
+        }
+        Write-Info $what
+    }
     exit 0
+}
+
+if ($UseHttp -and $ConfigureClaude) {
+    Stop-Install ('-ConfigureClaude writes the stdio config (Claude Desktop starts linecite itself), and -Http ' +
+        '(or -Port/-BindHost) starts a shared server: two servers on the same stores. Pick one: drop ' +
+        '-ConfigureClaude, or drop -Http/-Port/-BindHost.')
 }
 
 # -- 1. Python 3.10+ ----------------------------------------------------------------------------
@@ -359,6 +473,8 @@ if ($SelfTest) {
     if ($facts -and $facts.claude_msix) { $where = 'MSIX package' }
     Write-Check ($configs.Count -gt 0) ("Claude Desktop config -ConfigureClaude would write ($where): " + ($configs -join '; ')) `
         'install Claude Desktop, or paste the printed block into your MCP host''s config'
+    # The server starts the way the installer starts it, is recorded the way it records it, and
+    # -Stop -Port's own code (Stop-Server) finds it through that record alone.
     $serverOk = $false
     if ($venvOk) {
         $listener = New-Object System.Net.Sockets.TcpListener ([System.Net.IPAddress]::Loopback), 0
@@ -367,19 +483,25 @@ if ($SelfTest) {
         $listener.Stop()
         $testLog = Join-Path ([System.IO.Path]::GetTempPath()) 'linecite-selftest.log'
         $testOut = Join-Path ([System.IO.Path]::GetTempPath()) 'linecite-selftest.out.log'
+        $testPid = Join-Path ([System.IO.Path]::GetTempPath()) 'linecite-selftest.pid'
         $argLine = '"' + $ServerPy + '" --transport http --host 127.0.0.1 --port ' + $testPort
         $proc = Start-Process -FilePath $VenvPy -ArgumentList $argLine -WorkingDirectory $Here `
             -WindowStyle Hidden -RedirectStandardOutput $testOut -RedirectStandardError $testLog -PassThru
+        Set-Content -LiteralPath $testPid -Value $proc.Id -Encoding Ascii
+        Write-ServerState $proc.Id $testPort '127.0.0.1' $testPid
         $deadline = (Get-Date).AddSeconds(90)
         while ((Get-Date) -lt $deadline -and -not $proc.HasExited) {
             if (Test-PortOpen '127.0.0.1' $testPort) { $serverOk = $true; break }
             Start-Sleep -Milliseconds 300
         }
-        Stop-ProcessTree $proc.Id
+        $stoppedCount = Stop-Server $testPort
+        if (-not $proc.HasExited) { Stop-ProcessTree $proc.Id }  # never leave it running
         $proc.WaitForExit(10000) | Out-Null
-        $serverOk = $serverOk -and $proc.HasExited -and -not (Test-PortOpen '127.0.0.1' $testPort)
+        $serverOk = $serverOk -and ($stoppedCount -eq 1) -and -not (Test-PortOpen '127.0.0.1' $testPort) -and
+            -not (Test-Path -LiteralPath "$StatePrefix$testPort.state") -and -not (Test-Path -LiteralPath $testPid)
+        Remove-Item -LiteralPath "$StatePrefix$testPort.state", $testPid -Force -ErrorAction SilentlyContinue
     }
-    Write-Check $serverOk 'the server starts over HTTP in the background and stops' `
+    Write-Check $serverOk 'the server starts over HTTP in the background and -Stop -Port finds and stops it' `
         'read %TEMP%\linecite-selftest.log; run install.ps1 again if it names a missing package'
     if ($script:Failed -gt 0) {
         Write-Host "$($script:Failed) check(s) failed."
@@ -435,10 +557,7 @@ if (-not $SkipInstall) {
         # pip cannot replace .pyd/.dll files a running server holds (WinError 5 or 32), and an old
         # server would keep running old code: stop ours now (it starts again below), and ask the
         # user to quit the hosts that run this venv.
-        if ($null -ne (Get-ServerProcess)) {
-            Stop-Server
-            $script:Restart = $true
-        }
+        if ((Stop-Server) -gt 0) { $script:Restart = $true }
         $hosts = @(Get-VenvProcesses)
         if ($hosts.Count -gt 0) {
             Write-Warning2 ("this venv's Python is running (PID $(($hosts | ForEach-Object { $_.Id }) -join ', ')), " +
@@ -473,10 +592,7 @@ if (-not (Test-SamePath $Facts.base $Base)) {
 Set-BasePaths ([string]$Facts.base)
 if (-not $UserHome -and @($Facts.legacy_bases).Count -gt 0) {
     Write-Step "Moving the base folder to $Base (every process sees it there)"
-    if ($null -ne (Get-ServerProcess)) {
-        Stop-Server
-        $script:Restart = $true
-    }
+    if ((Stop-Server) -gt 0) { $script:Restart = $true }
     if ((Invoke-Native $VenvPy @($McpConfigPy, '--move-legacy-base')) -ne 0) {
         Stop-Install ('the old base folder could not be moved (see above); nothing was lost. Quit Claude Desktop ' +
             'from its tray icon, then run install.ps1 again.')
@@ -600,24 +716,38 @@ if ($ConfigureClaude) {
     if (($before -join "`n") -ne ($after -join "`n")) { $script:Changed = $true }
 }
 
-# -- 7. the HTTP server in the background ---------------------------------------------------------
+# -- 7. the HTTP server in the background (-Http) ------------------------------------------------
+# A server stopped above for pip starts again, on its own port, even in a stdio run.
+$ServesHttp = $UseHttp -or $script:Restart
+if ($script:Restart -and -not $UseHttp -and $script:StoppedPort) {
+    $Port = $script:StoppedPort
+    $BindHost = $script:StoppedHost
+}
 if ($BindHost.Contains(':')) {
     $Url = "http://[$($BindHost.Trim('[', ']'))]:$Port/mcp"
 } else {
     $Url = "http://$($BindHost):$Port/mcp"
 }
-if ((-not $NoLaunch) -or $script:Restart) {
+$StopHint = "powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -Stop -Port $Port"
+if (($UseHttp -and -not $NoLaunch) -or $script:Restart) {
     Write-Step "Starting the linecite server on $Url"
     New-Item -ItemType Directory -Force -Path $LogDir | Out-Null
     $running = Get-ServerProcess
+    $recorded = $null
+    $stateFile = "$StatePrefix$Port.state"
+    if (Test-Path -LiteralPath $stateFile) { $recorded = Read-ServerState $stateFile }
     if ($null -ne $running) {
         $cmdLine = Get-CommandLine $running.Id
         if ($cmdLine -and -not ($cmdLine.Contains("--host $BindHost --port $Port"))) {
             Stop-Install ("a linecite server is already running with other settings (PID $($running.Id): " +
-                "$cmdLine). Stop it with: powershell -ExecutionPolicy Bypass -File .\install.ps1 -Stop " +
+                "$cmdLine). Stop it with: powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -Stop " +
                 '(or Stop-Process), then run again.')
         }
         Write-Info "already running (PID $($running.Id))"
+        Write-ServerState $running.Id $Port $BindHost $PidFile  # one an older installer started too
+    } elseif (($null -ne $recorded) -and ($null -ne (Get-StateProcess $recorded))) {
+        Stop-Install ("a linecite server from this install already runs on port $Port with the base folder " +
+            "$($recorded['base']). Stop it with: $StopHint")
     } elseif (Test-PortOpen) {
         Stop-Install "port $Port is in use by another program; choose another with -Port"
     } else {
@@ -636,6 +766,7 @@ if ((-not $NoLaunch) -or $script:Restart) {
         $proc = Start-Process -FilePath $VenvPy -ArgumentList $argLine -WorkingDirectory $Here `
             -WindowStyle Hidden -RedirectStandardOutput $OutFile -RedirectStandardError $LogFile -PassThru
         Set-Content -LiteralPath $PidFile -Value $proc.Id -Encoding Ascii
+        Write-ServerState $proc.Id $Port $BindHost $PidFile
         $script:Changed = $true
         # Wait until it accepts connections; show the log's end if it dies first.
         $deadline = (Get-Date).AddSeconds(90)
@@ -643,7 +774,7 @@ if ((-not $NoLaunch) -or $script:Restart) {
         while ((Get-Date) -lt $deadline) {
             if (Test-PortOpen) { $up = $true; break }
             if ($proc.HasExited) {
-                Remove-Item -LiteralPath $PidFile -Force -ErrorAction SilentlyContinue
+                Remove-Item -LiteralPath $PidFile, $stateFile -Force -ErrorAction SilentlyContinue
                 Get-Content -LiteralPath $LogFile -Tail 30 | Out-Host
                 Stop-Install "the server exited at start (log above: $LogFile)"
             }
@@ -653,20 +784,35 @@ if ((-not $NoLaunch) -or $script:Restart) {
         Write-Info "started (PID $($proc.Id))"
     }
     Write-Info "log:  $LogFile"
-    Write-Info "stop: Stop-Process -Id (Get-Content '$PidFile')"
-    Write-Info '      (or: powershell -ExecutionPolicy Bypass -File .\install.ps1 -Stop)'
+    Write-Info "stop: $StopHint"
+    Write-Info "      (from any window; or: Stop-Process -Id (Get-Content '$PidFile'))"
 }
 
-# -- 8. what to paste into an MCP host ------------------------------------------------------------
+# -- 8. what to paste into an MCP host: the config of the chosen mode only ------------------------
 Write-Host ''
-if (-not $NoLaunch) { Write-Host "linecite MCP endpoint (streamable HTTP): $Url" }
-if ($ConfigureClaude) {
+if ($ServesHttp) {
+    Write-Host 'linecite runs as one HTTP server (streamable HTTP) that several hosts and agents share:'
+    Write-Host "  $Url"
+    if ($NoLaunch -and -not $script:Restart) {
+        Write-Host "  (not started: -NoLaunch; start it with: powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -SkipInstall -Port $Port)"
+    }
+    Write-Host 'MCP host config for it (Cursor''s mcp.json; other hosts take the same "url"):'
+    $null = Invoke-Native $VenvPy @($McpConfigPy, '--url', $Url)
+    Write-Host "Claude Code: claude mcp add --transport http linecite $Url"
+    Write-Host 'Use only this: a stdio entry for linecite as well would start a second server on the'
+    Write-Host 'same stores. Claude Desktop starts its servers over stdio: for it, run without -Http.'
+} elseif ($ConfigureClaude) {
     Write-Host "Claude Desktop config: $(@($Facts.claude_configs) -join '; ')"
+    Write-Host 'Claude Desktop starts linecite itself (stdio) when it needs it: nothing to keep running.'
     Write-Host 'Quit Claude Desktop from its tray icon (right-click > Quit), then start it again to load linecite.'
 } else {
-    Write-Host "MCP host config (stdio), for claude_desktop_config.json or Cursor's mcp.json"
-    Write-Host '(or run again with -ConfigureClaude to write it into Claude Desktop''s config):'
+    Write-Host 'linecite runs over stdio: your MCP host starts it itself when it needs it, so there is'
+    Write-Host 'no server to keep running (one host: Claude Desktop, Cursor, ...). Paste this into'
+    Write-Host "claude_desktop_config.json or Cursor's mcp.json (or run again with -ConfigureClaude"
+    Write-Host "to write it into Claude Desktop's config):"
     $null = Invoke-Native $VenvPy @($McpConfigPy)
+    Write-Host 'Several hosts or agents sharing one server, or a host that speaks only HTTP: run'
+    Write-Host "install.ps1 -Http instead of this block (not both: two servers, one store)."
 }
 Write-Host ("Index documents: & '$VenvPy' '$(Join-Path $Here 'ingest.py')' " + '"$HOME\Documents\reports"')
 if (-not $script:Changed) {

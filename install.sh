@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # linecite installer for Linux and macOS: Python check, .venv beside this script, requirements,
-# a stdio self-test, then the MCP server over HTTP in the background. Running it again changes
-# nothing that is already in place.
+# a stdio self-test, then the config for your MCP host. Two ways to run linecite, pick one:
+#   stdio (default): the host starts server.py itself; one host, nothing to keep running.
+#   HTTP (--http):   one background server at http://127.0.0.1:8000/mcp that several hosts or
+#                    agents share, or for a host that speaks only HTTP.
+# Running it again changes nothing that is already in place.
 #
-#   bash install.sh                     # install, check, start http://127.0.0.1:8000/mcp
-#   bash install.sh --configure-claude  # ... and add linecite to Claude Desktop's config
-#   bash install.sh --stop              # stop the background server
+#   bash install.sh                     # install, check, print the stdio config
+#   bash install.sh --configure-claude  # ... and write it into Claude Desktop's config
+#   bash install.sh --http              # install, check, start the HTTP server, print its URL
+#   bash install.sh --stop              # stop the HTTP server(s) this install started
 #
 # Windows: install.ps1 does the same steps.
 set -euo pipefail
@@ -15,9 +19,12 @@ VENV="$HERE/.venv"
 VENV_PY="$VENV/bin/python"
 REQUIREMENTS="$HERE/requirements.txt"
 STAMP="$VENV/.linecite-requirements.sha256"  # hash of the requirements.txt last installed
+STATE_PREFIX="$VENV/.linecite-http-"  # + PORT.state: where that port's server's PID file lives
 
 PORT=8000
 HOST=127.0.0.1
+HTTP=0  # 1: the shared HTTP server (--http, or --port/--host); 0: stdio, the host starts it
+PORT_GIVEN=0
 LAUNCH=1
 INSTALL=1
 CLAUDE=0
@@ -29,14 +36,21 @@ CHANGED=0  # set when a step changed something; 0 at the end means "nothing to d
 usage() {
     cat <<'EOF'
 Usage: bash install.sh [options]
-  --port N            HTTP port (default 8000)
-  --host ADDR         address to bind (default 127.0.0.1; any other needs LINECITE_HTTP_TOKEN)
-  --no-launch         install and check only; do not start the server
-  --skip-install      start the server only (the venv must exist)
-  --configure-claude  add linecite to Claude Desktop's config (backed up first)
+Default: stdio. Your MCP host (Claude Desktop, Cursor, ...) starts linecite itself when it
+needs it: one host, no server to keep running. Prints the config block for that.
+  --http              instead, start one HTTP server in the background that several hosts
+                      or agents share (or for a host that speaks only HTTP); prints its URL
+  --port N            HTTP port (default 8000; implies --http)
+  --host ADDR         address to bind (default 127.0.0.1, any other needs LINECITE_HTTP_TOKEN;
+                      implies --http)
+  --no-launch         install and check only; do not start the HTTP server
+  --skip-install      skip the install steps (the venv must exist); with --http: start the
+                      server only
+  --configure-claude  write the stdio config into Claude Desktop's (backed up first)
   --with-ocr          also install Tesseract with Korean and Chinese data
   --with-audio        also install faster-whisper and fetch its Whisper model (recordings)
-  --stop              stop the background server and exit
+  --stop              stop the HTTP server(s) this install started, whatever the shell's
+                      environment; with --port N only the one on port N
 Base folder: $LINECITE_HOME if set, else the user data folder.
 EOF
 }
@@ -48,10 +62,11 @@ die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
-        --port) [ $# -ge 2 ] || die "--port needs a number"; PORT="$2"; shift ;;
-        --port=*) PORT="${1#*=}" ;;
-        --host) [ $# -ge 2 ] || die "--host needs an address"; HOST="$2"; shift ;;
-        --host=*) HOST="${1#*=}" ;;
+        --port) [ $# -ge 2 ] || die "--port needs a number"; PORT="$2"; PORT_GIVEN=1; shift ;;
+        --port=*) PORT="${1#*=}"; PORT_GIVEN=1 ;;
+        --host) [ $# -ge 2 ] || die "--host needs an address"; HOST="$2"; HTTP=1; shift ;;
+        --host=*) HOST="${1#*=}"; HTTP=1 ;;
+        --http) HTTP=1 ;;
         --no-launch) LAUNCH=0 ;;
         --skip-install) INSTALL=0 ;;
         --configure-claude) CLAUDE=1 ;;
@@ -66,8 +81,16 @@ done
 case "$PORT" in
     ''|*[!0-9]*) die "--port must be a number, got '$PORT'" ;;
 esac
+[ "$PORT_GIVEN" = 0 ] || HTTP=1
+if [ "$HTTP" = 1 ] && [ "$CLAUDE" = 1 ] && [ "$STOP" = 0 ]; then
+    die "--configure-claude writes the stdio config (Claude Desktop starts linecite itself)," \
+        "and --http (or --port/--host) starts a shared server: two servers on the same stores." \
+        "Pick one: drop --configure-claude, or drop --http/--port/--host."
+fi
 
 # The base folder, as server.py works it out (kb.py): LINECITE_HOME, else the user data folder.
+# A bare environment (env -i, cron, a service) has no HOME: ~ still names the account's home.
+[ -n "${HOME:-}" ] || HOME="$(cd ~ && pwd)"
 OS="$(uname -s)"
 if [ -n "${LINECITE_HOME:-}" ]; then
     BASE="${LINECITE_HOME/#\~/$HOME}"  # a quoted ~ too, as kb.py expands it
@@ -87,57 +110,125 @@ else
 fi
 
 # -- helpers for the background server -----------------------------------------------------
+# The server's PID file sits in the base folder, which depends on LINECITE_HOME; a shell without
+# it would look in the wrong place. So each server this install starts is also recorded in the
+# venv (STATE_PREFIX<port>.state: port, host, base, pid_file, pid), which --stop reads first.
+
 # True while the process runs (a zombie, exited but not yet reaped, counts as gone).
 alive() {
     kill -0 "$1" 2>/dev/null || return 1
     case "$(ps -o stat= -p "$1" 2>/dev/null)" in *Z*) return 1 ;; esac
 }
 
-# The PID in the PID file when that process is alive and is our server.py; else nothing.
-server_pid() {
-    local pid args
-    [ -f "$PID_FILE" ] || return 1
-    pid="$(tr -dc '0-9' <"$PID_FILE")"
-    [ -n "$pid" ] || return 1
-    alive "$pid" || return 1
-    args="$(ps -o args= -p "$pid" 2>/dev/null || true)"
-    case "$args" in
-        *server.py*--transport*http*) printf '%s\n' "$pid" ;;
-        *) return 1 ;;
-    esac
+# True when PID is alive and is a server.py over HTTP (on port $2 when given), not a reused PID.
+is_our_server() {
+    local args
+    [ -n "$1" ] && alive "$1" || return 1
+    args="$(ps -ww -o args= -p "$1" 2>/dev/null || true)"
+    case "$args" in *server.py*--transport*http*) ;; *) return 1 ;; esac
+    [ -z "${2:-}" ] || case "$args " in *" --port $2 "*) ;; *) return 1 ;; esac
 }
 
-# True when something accepts connections on HOST:PORT (a wildcard bind is checked on loopback).
+# The PID in PID file $1 when that process is our server (on port $2 when given); else nothing.
+server_pid() {
+    local pid
+    [ -f "$1" ] || return 1
+    pid="$(tr -dc '0-9' <"$1")"
+    is_our_server "$pid" "${2:-}" || return 1
+    printf '%s\n' "$pid"
+}
+
+# Read a state file into S_PORT, S_HOST, S_BASE, S_PID_FILE and S_PID.
+read_state() {
+    local key value
+    S_PORT="" S_HOST="" S_BASE="" S_PID_FILE="" S_PID=""
+    while IFS='=' read -r key value; do
+        case "$key" in
+            port) S_PORT="$value" ;;
+            host) S_HOST="$value" ;;
+            base) S_BASE="$value" ;;
+            pid_file) S_PID_FILE="$value" ;;
+            pid) S_PID="$value" ;;
+        esac
+    done <"$1"
+}
+
+# Record the server PID $1 on HOST:PORT, written aside then moved so a reader never sees half.
+write_state() {
+    local file="$STATE_PREFIX$PORT.state"
+    printf 'port=%s\nhost=%s\nbase=%s\npid_file=%s\npid=%s\n' \
+        "$PORT" "$HOST" "$BASE" "$PID_FILE" "$1" >"$file.tmp"
+    mv -f "$file.tmp" "$file"
+}
+
+# The live server the state just read names (its PID file's PID, else the one recorded).
+state_pid() {
+    server_pid "$S_PID_FILE" "$S_PORT" || { is_our_server "$S_PID" "$S_PORT" && echo "$S_PID"; }
+}
+
+# True when something accepts connections on $1:$2 (a wildcard bind is checked on loopback).
 port_open() {
-    local target="$HOST"
+    local target="$1"
     case "$target" in 0.0.0.0|::|'[::]') target=127.0.0.1 ;; esac
-    (exec 3<>"/dev/tcp/$target/$PORT") 2>/dev/null
+    (exec 3<>"/dev/tcp/$target/$2") 2>/dev/null
 }
 
 is_loopback() {
     case "$HOST" in 127.*|localhost|::1|'[::1]') return 0 ;; *) return 1 ;; esac
 }
 
-stop_server() {
-    local pid i
-    if ! pid="$(server_pid)"; then
-        info "no linecite server is running from $PID_FILE"
-        rm -f "$PID_FILE"
-        return 0
-    fi
-    step "Stopping the linecite server (PID $pid)"
-    kill "$pid" 2>/dev/null || true
+# End PID $1 (TERM, then KILL after 10 s) and wait until it is gone.
+end_process() {
+    local i
+    kill "$1" 2>/dev/null || true
     for i in $(seq 1 50); do
-        alive "$pid" || break
-        if [ "$i" -eq 50 ]; then kill -9 "$pid" 2>/dev/null || true; fi
+        alive "$1" || return 0
+        if [ "$i" -eq 50 ]; then kill -9 "$1" 2>/dev/null || true; fi
         sleep 0.2
     done
-    rm -f "$PID_FILE"
-    info "stopped"
+}
+
+# Stop every server this install started (only the one on PORT with --port): those its state
+# files name, and the one in this shell's PID file (started before state files existed).
+stop_servers() {
+    local file pid only="" stopped="" what="no linecite server started by this install is running"
+    [ "$PORT_GIVEN" = 0 ] || only="$PORT"
+    for file in "$STATE_PREFIX"*.state; do
+        [ -f "$file" ] || continue
+        read_state "$file"
+        [ -z "$only" ] || [ "$S_PORT" = "$only" ] || continue
+        if pid="$(state_pid)"; then
+            step "Stopping the linecite server on $S_HOST:$S_PORT (PID $pid, base folder $S_BASE)"
+            end_process "$pid"
+            stopped="$stopped $pid"
+        fi
+        if [ -n "$S_PID_FILE" ] && ! server_pid "$S_PID_FILE" >/dev/null; then
+            rm -f "$S_PID_FILE"
+        fi
+        rm -f "$file"
+    done
+    if pid="$(server_pid "$PID_FILE" "$only")"; then
+        step "Stopping the linecite server (PID $pid, PID file $PID_FILE)"
+        end_process "$pid"
+        stopped="$stopped $pid"
+        rm -f "$PID_FILE"
+    fi
+    if [ -n "$stopped" ]; then
+        info "stopped"
+        return 0
+    fi
+    if [ -n "$only" ]; then
+        what="$what on port $only"
+        if port_open "$HOST" "$only"; then
+            die "$what, but port $only is in use by another program (a server started by hand," \
+                "or another program): stop it yourself"
+        fi
+    fi
+    info "$what"
 }
 
 if [ "$STOP" = 1 ]; then
-    stop_server
+    stop_servers
     exit 0
 fi
 
@@ -284,20 +375,27 @@ if [ "$CLAUDE" = 1 ]; then
     [ "$before" = "$(cat "$CLAUDE_CONFIG")" ] || CHANGED=1
 fi
 
-# -- 7. the HTTP server in the background -----------------------------------------------------
+# -- 7. the HTTP server in the background (--http) --------------------------------------------
 URL="http://$HOST:$PORT/mcp"
 case "$HOST" in *:*) URL="http://[${HOST#[}"; URL="${URL%]}]:$PORT/mcp" ;; esac
-if [ "$LAUNCH" = 1 ]; then
+STOP_HINT="bash '$HERE/install.sh' --stop --port $PORT"
+if [ "$HTTP" = 1 ] && [ "$LAUNCH" = 1 ]; then
     step "Starting the linecite server on $URL"
     mkdir -p "$LOG_DIR"
-    if pid="$(server_pid)"; then
-        running="$(ps -o args= -p "$pid")"
+    if pid="$(server_pid "$PID_FILE")"; then
+        running="$(ps -ww -o args= -p "$pid")"
         case " $running " in
             *" --host $HOST --port $PORT "*) info "already running (PID $pid)" ;;
             *) die "a linecite server is already running with other settings" \
-                   "(PID $pid: $running). Stop it with 'bash install.sh --stop', then run again." ;;
+                   "(PID $pid: $running). Stop it with 'bash $HERE/install.sh --stop', then run" \
+                   "again." ;;
         esac
-    elif port_open; then
+        write_state "$pid"  # a server an older installer started is recorded too
+    elif [ -f "$STATE_PREFIX$PORT.state" ] && read_state "$STATE_PREFIX$PORT.state" &&
+         pid="$(state_pid)"; then
+        die "a linecite server from this install already runs on port $PORT (PID $pid) with" \
+            "the base folder $S_BASE. Stop it with: $STOP_HINT"
+    elif port_open "$HOST" "$PORT"; then
         die "port $PORT is in use by another program; choose another with --port"
     else
         rm -f "$PID_FILE"
@@ -311,35 +409,49 @@ if [ "$LAUNCH" = 1 ]; then
             </dev/null >>"$LOG" 2>&1 &
         pid=$!
         printf '%s\n' "$pid" >"$PID_FILE"
+        write_state "$pid"
         CHANGED=1
         # Wait until it accepts connections; show the log's end if it dies first.
         for _ in $(seq 1 300); do
-            port_open && break
+            port_open "$HOST" "$PORT" && break
             if ! alive "$pid"; then
-                rm -f "$PID_FILE"
+                rm -f "$PID_FILE" "$STATE_PREFIX$PORT.state"
                 tail -n 30 "$LOG" >&2
                 die "the server exited at start (log above: $LOG)"
             fi
             sleep 0.2
         done
-        port_open || die "the server did not open port $PORT within 60 s (log: $LOG; PID $pid)"
+        port_open "$HOST" "$PORT" ||
+            die "the server did not open port $PORT within 60 s (log: $LOG; PID $pid)"
         info "started (PID $pid)"
     fi
     info "log:  $LOG"
-    info "stop: bash '$HERE/install.sh' --stop   (or: kill \$(cat '$PID_FILE'))"
+    info "stop: $STOP_HINT   (from any shell; or: kill \$(cat '$PID_FILE'))"
 fi
 
-# -- 8. what to paste into an MCP host --------------------------------------------------------
+# -- 8. what to paste into an MCP host: the config of the chosen mode only ----------------------
 echo
-if [ "$LAUNCH" = 1 ]; then
-    echo "linecite MCP endpoint (streamable HTTP): $URL"
-fi
-if [ "$CLAUDE" = 1 ]; then
+if [ "$HTTP" = 1 ]; then
+    echo "linecite runs as one HTTP server (streamable HTTP) that several hosts and agents share:"
+    echo "  $URL"
+    [ "$LAUNCH" = 1 ] || echo "  (not started: --no-launch; start it with 'bash $HERE/install.sh" \
+        "--skip-install --port $PORT')"
+    echo "MCP host config for it (Cursor's mcp.json; other hosts take the same \"url\"):"
+    "$VENV_PY" "$HERE/mcp_config.py" --url "$URL"
+    echo "Claude Code: claude mcp add --transport http linecite $URL"
+    echo "Use only this: a stdio entry for linecite as well would start a second server on the"
+    echo "same stores. Claude Desktop starts its servers over stdio: for it, run without --http."
+elif [ "$CLAUDE" = 1 ]; then
     echo "Claude Desktop config: $CLAUDE_CONFIG"
+    echo "Claude Desktop starts linecite itself (stdio) when it needs it: nothing to keep running."
 else
-    echo "MCP host config (stdio), for claude_desktop_config.json or Cursor's mcp.json"
-    echo "(or run again with --configure-claude to write it into Claude Desktop's config):"
+    echo "linecite runs over stdio: your MCP host starts it itself when it needs it, so there is"
+    echo "no server to keep running (one host: Claude Desktop, Cursor, ...). Paste this into"
+    echo "claude_desktop_config.json or Cursor's mcp.json (or run again with --configure-claude"
+    echo "to write it into Claude Desktop's config):"
     "$VENV_PY" "$HERE/mcp_config.py"
+    echo "Several hosts or agents sharing one server, or a host that speaks only HTTP: run"
+    echo "'bash $HERE/install.sh --http' instead of this block (not both: two servers, one store)."
 fi
 echo "Index documents: '$VENV_PY' '$HERE/ingest.py' ~/Documents/reports"
 if [ "$CHANGED" = 0 ]; then

@@ -1,6 +1,7 @@
 """The MCP host config block for this install: print it, or merge it into Claude Desktop's.
 
     .venv/bin/python mcp_config.py                                   # print the block
+    .venv/bin/python mcp_config.py --url http://127.0.0.1:8000/mcp   # the block for HTTP
     .venv/bin/python mcp_config.py --claude PATH/claude_desktop_config.json
     .venv/bin/python mcp_config.py --claude-auto      # every config Claude Desktop reads here
     .venv/bin/python mcp_config.py --info             # JSON for the installers (ASCII only)
@@ -13,6 +14,9 @@ timestamped copy beside it), keeps every other server and setting, updates only
 `mcpServers.linecite` (keeping keys the user added there, such as `env`), creates the file when
 it is absent, writes through a temporary file, and changes nothing when the entry is already
 right. A file that is not valid JSON is left alone, with an error.
+
+`--url` prints the entry for a server already running over HTTP instead (Cursor's `url` form):
+a host given both would run a second server on the same stores, so the installers print one.
 
 Claude Desktop for Windows is now an MSIX package that reads
 `%LOCALAPPDATA%\\Packages\\Claude_<id>\\LocalCache\\Roaming\\Claude\\claude_desktop_config.json`
@@ -39,6 +43,7 @@ NAME = "linecite"
 CONFIG_NAME = "claude_desktop_config.json"
 MSIX_GLOB = "Claude_*"  # Claude Desktop's package folder under %LOCALAPPDATA%\Packages
 PASSED_ENV = ("TESSDATA_PREFIX",)  # passed on to the host's server when set here
+TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # the HTTP server's bearer token; hosts read it from env
 # ---------------------------------------------------------------------------
 
 
@@ -47,6 +52,24 @@ def entry() -> dict:
     env = {"LINECITE_HOME": str(kbmod.default_base_path())}
     env.update({name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)})
     return {"command": sys.executable, "args": [str(HERE / "server.py")], "env": env}
+
+
+def url_entry(url: str) -> dict:
+    """The entry for the shared HTTP server; the token stays in the host's environment."""
+    item: dict = {"url": url}
+    if os.environ.get(TOKEN_ENV):
+        item["headers"] = {"Authorization": f"Bearer ${{env:{TOKEN_ENV}}}"}
+    return item
+
+
+def print_block(item: dict) -> None:
+    text = json.dumps({"mcpServers": {NAME: item}}, indent=2, ensure_ascii=False)
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        # e.g. a Korean user name on a console that is not UTF-8: \uXXXX escapes paste correctly
+        text = json.dumps({"mcpServers": {NAME: item}}, indent=2)
+    print(text)
 
 
 def claude_config_paths(env: Mapping[str, str] | None = None,
@@ -155,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="merge the entry into this claude_desktop_config.json")
     parser.add_argument("--claude-auto", action="store_true",
                         help="merge it into every config Claude Desktop reads on this machine")
+    parser.add_argument("--url", metavar="URL",
+                        help="print the entry for the HTTP server at URL instead of stdio")
     parser.add_argument("--info", action="store_true", help="print the installers' facts as JSON")
     parser.add_argument("--move-legacy-base", action="store_true",
                         help="move the base folder an earlier version used (Windows)")
@@ -176,14 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(message or "linecite: no old base folder to move")
         return 0
-    block = {"mcpServers": {NAME: entry()}}
-    text = json.dumps(block, indent=2, ensure_ascii=False)
-    try:
-        text.encode(sys.stdout.encoding or "ascii")
-    except (UnicodeEncodeError, LookupError):
-        # e.g. a Korean user name on a console that is not UTF-8: \uXXXX escapes paste correctly
-        text = json.dumps(block, indent=2)
-    print(text)
+    print_block(url_entry(args.url) if args.url else entry())
     return 0
 
 

@@ -3,9 +3,10 @@
 install.sh runs for real: in a copy of the repo's files, with HOME and LINECITE_HOME in tmp
 (nothing touches the real home; pip's cache is the real one so reinstalls are quick), it makes
 a fresh venv, installs requirements.txt, checks the server over stdio, starts it over HTTP in
-the background; a real MCP client then lists its tools; a second run must change nothing;
-`--stop` must end it. `--configure-claude` is run alone against a Claude Desktop config that
-already holds another server. install.ps1 cannot run here (no PowerShell): it is parsed with
+the background (`--port` chooses HTTP mode); a real MCP client then lists its tools; a second
+run must change nothing; `--stop` must end it (from any shell: tests/test_install_modes.py).
+`--configure-claude` is run alone against a Claude Desktop config that already holds another
+server. install.ps1 cannot run here (no PowerShell): it is parsed with
 tree-sitter's PowerShell grammar, and each step of install.sh must have its counterpart in it.
 
     pytest tests/test_install.py -m "not slow"   # everything but the real install (seconds)
@@ -178,12 +179,11 @@ def test_install_sh_installs_checks_and_serves_over_http(installed):
     assert f"http://127.0.0.1:{installed.port}/mcp" in out
     assert str(installed.log) in out and installed.log.is_file()
     assert "linecite: serving MCP on" in installed.log.read_text()
-    # the printed MCP host block points at the venv python and this server.py
+    # --port chose HTTP mode: the printed MCP host block is the server's URL, and only that
     block = json.loads(out[out.index('{\n  "mcpServers"'):out.index("\n}\n") + 2])
-    entry = block["mcpServers"]["linecite"]
-    assert entry["command"] == str(venv / "bin" / "python")
-    assert entry["args"] == [str(installed.folder / "server.py")]
-    assert entry["env"] == {"LINECITE_HOME": installed.env["LINECITE_HOME"]}
+    url = f"http://127.0.0.1:{installed.port}/mcp"
+    assert block == {"mcpServers": {"linecite": {"url": url}}}
+    assert out.count('"mcpServers"') == 1
     # and a real MCP client lists the same tools over streamable HTTP
     import anyio
     assert anyio.run(http_tool_names, installed.port) == stdio_tools
@@ -222,7 +222,8 @@ def test_install_sh_stop_ends_the_server(installed):
     assert alive(pid) and port_open(installed.port)
     result = run_sh(installed.folder, installed.env, "--stop", timeout=60)
     assert result.returncode == 0, show(result)
-    assert f"Stopping the linecite server (PID {pid})" in result.stdout
+    assert f"Stopping the linecite server on 127.0.0.1:{installed.port} (PID {pid}," \
+        in result.stdout
     deadline = time.monotonic() + 10
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -230,7 +231,8 @@ def test_install_sh_stop_ends_the_server(installed):
     assert not port_open(installed.port)
     assert not installed.pid_file.exists()
     again = run_sh(installed.folder, installed.env, "--stop")
-    assert again.returncode == 0 and "no linecite server is running" in again.stdout
+    assert again.returncode == 0
+    assert "no linecite server started by this install is running" in again.stdout
     # a port some other program holds: refused, no PID file written
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -465,7 +467,8 @@ def test_install_ps1_parameters():
     params = ps1_params()
     assert params["Port"] == ("int", "8000")
     assert params["BindHost"] == ("string", "'127.0.0.1'")
-    for switch in ("NoLaunch", "SkipInstall", "ConfigureClaude", "WithOcr", "Stop", "SelfTest"):
+    for switch in ("Http", "NoLaunch", "SkipInstall", "ConfigureClaude", "WithOcr", "Stop",
+                   "SelfTest"):
         assert params[switch] == ("switch", None), switch
 
 
@@ -487,7 +490,8 @@ def test_install_ps1_has_each_install_sh_step():
     sh, ps1 = code_only_sh(), code_only_ps1()
     # each flag of install.sh is a parameter of install.ps1
     params = ps1_params()
-    for flag, param in {"--port": "Port", "--host": "BindHost", "--no-launch": "NoLaunch",
+    for flag, param in {"--port": "Port", "--host": "BindHost", "--http": "Http",
+                        "--no-launch": "NoLaunch",
                         "--skip-install": "SkipInstall", "--configure-claude": "ConfigureClaude",
                         "--with-ocr": "WithOcr", "--stop": "Stop"}.items():
         assert re.search(rf"^\s*{flag}\)", sh, re.M), flag
@@ -499,7 +503,11 @@ def test_install_ps1_has_each_install_sh_step():
               "LINECITE_HOME", "LINECITE_HTTP_TOKEN", "claude_desktop_config.json", "linecite",
               "--transport http", "venv", "pip", "--disable-pip-version-check",
               "Nothing to do: everything was already in place.", "already running",
-              "is in use by another program", "kor", "chi_sim"]
+              "is in use by another program", "kor", "chi_sim",
+              # the two modes and the stop record (issue 15)
+              ".linecite-http-", "--url", "claude mcp add --transport http linecite",
+              "no server to keep running", "two servers on the same stores",
+              "no linecite server started by this install is running", "(from any "]
     for token in shared:
         assert token in sh, f"install.sh lacks {token}"
         assert token in ps1, f"install.ps1 lacks {token}"
@@ -586,8 +594,8 @@ def test_install_ps1_stops_the_server_before_pip_and_starts_it_after():
     branch = ps1[ps1.rindex("} else {", 0, pip):pip]
     assert "Stop-Server" in branch and "$script:Restart = $true" in branch
     assert "Get-VenvProcesses" in branch and "tray icon" in branch  # the host is asked to quit
-    assert "if ((-not $NoLaunch) -or $script:Restart) {" in ps1
-    assert ps1.index("if ((-not $NoLaunch) -or $script:Restart) {") > pip
+    launch = "if (($UseHttp -and -not $NoLaunch) -or $script:Restart) {"
+    assert launch in ps1 and ps1.index(launch) > pip
 
 
 def ps1_calls(name: str) -> list[list[str]]:
@@ -612,7 +620,9 @@ def test_install_ps1_self_test_prints_one_line_per_check_with_its_fix():
     text = "\n".join(" ".join(args) for args in checks)
     for what in ("Python 3.10+", "the venv", "the base folder every process sees",
                  "old or sandboxed base folder", "Claude Desktop config -ConfigureClaude would "
-                 "write", "the server starts over HTTP in the background and stops"):
+                 "write",
+                 "the server starts over HTTP in the background and -Stop -Port finds and "
+                 "stops it"):
         assert what in text, what
     ps1 = code_only_ps1()
     assert 'Write-Host "PASS  $What"' in ps1 and 'Write-Host "FAIL  $What -- fix: $Fix"' in ps1
@@ -654,3 +664,47 @@ def test_a_user_tessdata_needs_the_configs_folder_the_installer_copies(tmp_path)
         subprocess.run([tesseract, str(tmp_path / "page.png"), str(user / "out"), "tsv"],
                        env=env, capture_output=True, timeout=60)
         assert (user / "out.tsv").exists() == with_folders
+
+
+# ---------------------------------------------------------------------------
+# install.ps1's modes and stop record match install.sh's (issue 15)
+
+def test_install_ps1_writes_the_state_install_sh_reads():
+    """One state file format for both installers: the same keys in the same order, in the
+    same place (.venv/.linecite-http-<port>.state), written beside the PID file at start."""
+    sh, ps1 = code_only_sh(), code_only_ps1()
+    sh_format = re.search(r"printf '((?:\w+=%s\\n)+)'", sh).group(1)
+    sh_keys = re.findall(r"(?:^|\\n)(\w+)=%s", sh_format)
+    ps1_lines = re.search(r"\$lines = \[string\[\]\]@\(([^)]*)\)", ps1).group(1)
+    assert re.findall(r'"(\w+)=\$', ps1_lines) == sh_keys == [
+        "port", "host", "base", "pid_file", "pid"]
+    assert 'STATE_PREFIX="$VENV/.linecite-http-"' in sh
+    assert "$StatePrefix = Join-Path $Venv '.linecite-http-'" in ps1
+    for text in (sh, ps1):  # the reader splits on the first '=' only (paths may hold one)
+        assert "IFS='=' read -r key value" in text or "$line.IndexOf('=')" in text
+    start = ps1.index("Set-Content -LiteralPath $PidFile -Value $proc.Id")
+    assert ps1.index("Write-ServerState $proc.Id $Port $BindHost $PidFile") > start
+    assert sh.index('write_state "$pid"', sh.index('>"$PID_FILE"')) > 0
+
+
+def test_install_ps1_modes_and_stop_follow_install_sh():
+    ps1 = code_only_ps1()
+    # stdio unless -Http, -Port or -BindHost; -Stop -Port stops that port's server only
+    assert "$UseHttp = $Http -or $PortGiven -or $PSBoundParameters.ContainsKey('BindHost')" in ps1
+    assert "$PortGiven = $PSBoundParameters.ContainsKey('Port')" in ps1
+    stop = ps1[ps1.index("if ($Stop) {"):ps1.index("if ($UseHttp -and $ConfigureClaude) {")]
+    assert "if ($PortGiven) { $onlyPort = $Port }" in stop and "Stop-Server $onlyPort" in stop
+    assert "exit 0" in stop and "Stop-Install" in stop  # a port someone else holds: said, exit 1
+    # the printed config is the chosen mode's only: --url for HTTP, the stdio block otherwise
+    printed = ps1[ps1.index("if ($ServesHttp) {"):]
+    http, rest = printed.split("} elseif ($ConfigureClaude) {")
+    assert "@($McpConfigPy, '--url', $Url)" in http and "@($McpConfigPy)" not in http
+    assert "@($McpConfigPy)" in rest and "'--url'" not in rest
+    # the stop hint names the script by its full path and the port
+    assert '$StopHint = "powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -Stop ' \
+        '-Port $Port"' in ps1
+    # the self-test stops its server through Stop-Server and the state file alone
+    selftest = ps1[ps1.index("if ($SelfTest) {"):ps1.index("if (-not $SkipInstall) {")]
+    assert "Write-ServerState $proc.Id $testPort '127.0.0.1' $testPid" in selftest
+    assert "$stoppedCount = Stop-Server $testPort" in selftest
+    assert "($stoppedCount -eq 1)" in selftest
