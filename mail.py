@@ -282,7 +282,7 @@ def extract_msg(path: Path) -> Extracted:
     import olefile
 
     data = path.read_bytes()  # OSError here (locked, gone) is extract()'s not-found
-    if not data.strip(b"\0"):
+    if not data:
         raise ExtractError("empty", f"{path.name} is a 0-byte file; re-save or re-download it.")
     if not olefile.isOleFile(io.BytesIO(data)):
         raise ExtractError("corrupt", f"{path.name} is not an Outlook message (no OLE "
@@ -356,7 +356,8 @@ def _msg_body(message: _Storage) -> list[str]:
     if text := message.text(BODY):
         return office._lines(text)
     if (html := message.stream(HTML_BODY, PT_BINARY)) is not None:
-        text = html.decode(message.codepage, "replace") if message.number(INTERNET_CPID) \
+        page = message.number(INTERNET_CPID)  # the HTML's own code page, when Outlook kept it
+        text = html.decode(markup._codec(page), "replace") if page \
             else (_decode(html) or ("", ""))[0]
         return markup.html_lines(text)
     if (rtf := message.stream(RTF_BODY, PT_BINARY)) is not None:

@@ -200,3 +200,17 @@ async def test_msg_and_its_attached_message_through_the_server(msgs, tmp_path):
             "From: Meredith chen <yosipnps@model.com>", "To: hp_lsz@tjdpf.org.cn",
             "Date: 2017-11-27T17:44:11+08:00",
             "Subject: 回复：转发：反馈·北京 2017年12月02-03日 销售"]
+
+
+@pytest.mark.parametrize("missing, name, phrase", [
+    (("BODY",), "complete.msg", "For serious sports & superior style"),  # the HTML body
+    (("BODY", "HTML_BODY"), "other.msg", "这是一个永久性的错误，服务器已经放弃投递。"),  # RTF
+])
+def test_html_and_rtf_bodies_stand_in_for_a_missing_plain_body(msgs, monkeypatch, missing,
+                                                               name, phrase):
+    for constant in missing:  # as if Outlook had not stored that body
+        monkeypatch.setattr(mail, constant, 0xFFF0)
+    lines = extract.extract(msgs / name).pages[0]
+    blank = lines.index("")
+    assert lines[blank - 1].startswith("Subject: ")
+    assert any(phrase in line for line in lines[blank:]), lines[blank:40]
