@@ -57,6 +57,7 @@ class Extracted:
     pages: list[list[str]]  # every page is a list of raw lines (1-based numbers index into it)
     parser: str  # e.g. "pypdfium2", "pypdfium2+pdfminer", "pypdfium2+ocr", "text:utf-8"
     warnings: list[str] = field(default_factory=list)  # e.g. "ocr unavailable: ..."
+    attachments: list = field(default_factory=list)  # mail.Attachment: ingest.py indexes each
 
 
 class ExtractError(Exception):
@@ -487,7 +488,8 @@ EXTRACTORS.update({".hwpx": _lazy("hwp", "extract_hwpx"), ".hwp": _lazy("hwp", "
                    ".xls": _lazy("legacy", "extract_xls"), ".ppt": _lazy("legacy", "extract_ppt"),
                    ".rtf": _lazy("markup", "extract_rtf"), ".epub": _lazy("markup", "extract_epub"),
                    ".odt": _lazy("markup", "extract_odf"), ".ods": _lazy("markup", "extract_odf"),
-                   ".odp": _lazy("markup", "extract_odf"), ".eml": _lazy("mail", "extract_eml")})
+                   ".odp": _lazy("markup", "extract_odf"), ".eml": _lazy("mail", "extract_eml"),
+                   ".msg": _lazy("mail", "extract_msg")})
 EXTRACTORS.update(dict.fromkeys((".html", ".htm"), _lazy("markup", "extract_html")))
 EXTRACTORS.update(dict.fromkeys((".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"),
                                 extract_image))  # = ocr.IMAGE_SUFFIXES

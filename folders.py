@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -189,6 +189,15 @@ def _changed(row, path: Path) -> bool:
         return True
 
 
+def attachment_sources(sources: Iterable[tuple[str, str | None]]) -> set[str]:
+    """The names, among (name, path) pairs, of sources made from a mail's attachments: named
+    `<mail's name>/<file>` and recording the mail's own file. They have no file of their own,
+    so they are never added, changed or deleted as files are."""
+    paths = dict(sources)
+    return {name for name, path in paths.items()
+            if path and "/" in name and paths.get(name.rpartition("/")[0]) == path}
+
+
 def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
     """Compare the KB's folders with what is indexed; reads files' metadata, calls no model."""
     import kb as kbmod
@@ -213,7 +222,11 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
             plan.unchanged += 1
     escaped = {entry["name"]: Path(entry["target"]) for entry in plan.skipped
                if entry["reason"] == "outside-folder"}
-    for source in fulltext.list_sources(conn):
+    sources = fulltext.list_sources(conn)
+    attachments = attachment_sources((s["name"], s["path"]) for s in sources)
+    for source in sources:
+        if source["name"] in attachments:
+            continue  # a mail's attachment: it goes and comes with its mail (ingest.py)
         path = Path(source["path"] or "")
         inside = any(path.is_relative_to(folder) for folder in folders)
         gone = not path.exists() or os.path.normcase(path) in seen_paths

@@ -182,6 +182,15 @@ def delete_source(conn: sqlite3.Connection, name: str) -> None:
         conn.execute("DELETE FROM sources WHERE name = ?", (name,))
 
 
+def attachment_names(conn: sqlite3.Connection, name: str) -> list[str]:
+    """The sources made from a mail's attachments: named `<name>/<file>` and recording the
+    same file as the mail's source (a range on the unique name index, then the path)."""
+    return [row[0] for row in conn.execute(
+        "SELECT c.name FROM sources c JOIN sources m ON m.name = ? AND c.path = m.path"
+        " WHERE c.name > ? AND c.name < ? AND instr(substr(c.name, ?), '/') = 0"
+        " ORDER BY c.name", (name, name + "/", name + "0", len(name) + 2))]
+
+
 # ---------------------------------------------------------------------------
 # embedding state: what Chroma still has to receive or forget
 

@@ -17,10 +17,12 @@ to stdout.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sqlite3
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -249,11 +251,8 @@ class Indexer:
 
     # -- one file ---------------------------------------------------------------
     def index_file(self, path: Path, name: str, summary: Summary, force: bool = False) -> None:
-        """Extract, chunk and commit one file; unchanged files (by SHA-256) are skipped."""
-        import chunking
-        import extract
-        import segment
-
+        """Extract, chunk and commit one file (and a mail's attachments); unchanged files (by
+        SHA-256) are skipped."""
         summary.sources += 1
         try:
             stat = path.stat()
@@ -282,30 +281,86 @@ class Indexer:
             fulltext.touch_source(self.conn, name, src.size, src.mtime)
             summary.unchanged += 1
             return
+        doc = self._extract(path, src, summary)
+        if doc is None:
+            return
+        if doc.attachments or fulltext.attachment_names(self.conn, name):
+            self._index_attachments(src, doc.attachments, summary, force)
+        self._commit(src, path, doc, summary)  # the mail last: a crash before it re-reads it
+        _pause_point("after-commit")
+
+    def _extract(self, path: Path, src: fulltext.SourceFile, summary: Summary):
+        """The file's pages, or None once its failure is recorded."""
+        import extract
+
         try:
-            doc = extract.extract(path)
+            return extract.extract(path)
         except extract.ExtractError as err:
             self._fail(src, err.reason, err.detail, summary)
-            return
         except Exception as err:  # a parser bug on a hostile file must not stop the run
             self._fail(src, "parser-error", f"{type(err).__name__}: {str(err)[:300]}; the file "
                        "may be damaged: re-save it, and report it if it opens elsewhere", summary)
-            return
+        return None
+
+    def _commit(self, src: fulltext.SourceFile, path: Path, doc, summary: Summary) -> None:
+        """Chunk the pages and replace the source's lines and chunks in one transaction."""
+        import chunking
+        import segment
+
         lines = sum(len(page) for page in doc.pages)
         no_speech = any(w.startswith("no speech:") for w in doc.warnings)  # a silent recording
         if not lines and not no_speech:  # nothing any search could find: never `ready`
             self._fail(src, *_no_text(path, doc), summary)
             return
         noise = chunking.noise_lines(doc.pages)
-        chunks = chunking.chunk_pages(name, doc.pages, noise, segment.tokens)
+        chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.tokens)
         warnings = doc.warnings + ([] if chunks or no_speech else [_no_chunks_warning(lines)])
         fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, warnings)
-        summary.warnings += [{"source": name, "warning": w} for w in warnings]
+        summary.warnings += [{"source": src.name, "warning": w} for w in warnings]
         summary.indexed += 1
         summary.pages += len(doc.pages)
         summary.lines += lines
         summary.chunks += len(chunks)
-        _pause_point("after-commit")
+
+    # -- a mail's attachments ---------------------------------------------------
+    def _index_attachments(self, mail: fulltext.SourceFile, attachments: list,
+                           summary: Summary, force: bool) -> None:
+        """Each attachment as a source of its own, `<mail>/<name>`, recording the mail's file
+        (that is how folders.plan_sync and fulltext.attachment_names tell it from a file);
+        those the mail's previous version had and this one lacks are deleted. Runs before the
+        mail's own commit, so a crash between leaves the mail to be read again, not children
+        missing behind an unchanged mail."""
+        import extract
+
+        names = {f"{mail.name}/{item.name}" for item in attachments}
+        for old in fulltext.attachment_names(self.conn, mail.name):
+            if old not in names:
+                fulltext.delete_source(self.conn, old)
+                summary.deleted += 1
+        with tempfile.TemporaryDirectory(prefix="linecite-mail-",
+                                         ignore_cleanup_errors=True) as tmp:
+            for number, item in enumerate(attachments):
+                name = f"{mail.name}/{item.name}"
+                digest = hashlib.sha256(item.data if item.pages is None else
+                                        "\f".join(map("\n".join, item.pages)).encode()
+                                        ).hexdigest()
+                src = fulltext.SourceFile(name, mail.path, digest, item.size, mail.mtime)
+                summary.sources += 1
+                row = fulltext.source_row(self.conn, name)
+                if (not force and row is not None and row["sha256"] == digest
+                        and row["state"] not in folders.RETRY_STATES):
+                    summary.unchanged += 1
+                    continue
+                if item.pages is not None:  # an embedded Outlook message, read with its mail
+                    doc = extract.Extracted(item.pages, "olefile:msg")
+                    file = Path(item.name)
+                else:
+                    file = Path(tmp, str(number), item.name)
+                    file.parent.mkdir()
+                    file.write_bytes(item.data)
+                    doc = self._extract(file, src, summary)
+                if doc is not None:
+                    self._commit(src, file, doc, summary)
 
     def _fail(self, src: fulltext.SourceFile, reason: str, detail: str, summary: Summary) -> None:
         state = fulltext.record_failure(self.conn, src, reason, detail)
@@ -487,8 +542,9 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
             plan = folders.plan_sync(indexer.conn, kb, force)
             summary.skipped += plan.skipped
             for name in plan.deleted:
-                fulltext.delete_source(indexer.conn, name)
-                summary.deleted += 1
+                for source in [*fulltext.attachment_names(indexer.conn, name), name]:
+                    fulltext.delete_source(indexer.conn, source)
+                    summary.deleted += 1
             summary.unchanged += plan.unchanged
             indexer.index_all(plan.added + plan.modified, summary, force, should_stop)
         summary.embedded += indexer.embed_pending()
@@ -519,6 +575,8 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
                 kb.folder, kb.id, kb.embedding, kb.chroma_url)) is not None:
             store.reset()
             store.close()
+    attachments = folders.attachment_sources(known)  # rebuilt with their mail
+    known = [(name, path) for name, path in known if name not in attachments]
     files = [(Path(path), name) for name, path in known if Path(path).is_file()]
     gone = [{"path": path, "name": name, "reason": "not-found",
              "detail": f"{path} is gone, so source {name!r} was not rebuilt"}

@@ -36,8 +36,8 @@ Content-Transfer-Encoding: 8bit
 회의는 목요일 오후 세 시에 열립니다.
 The quarterly zephyr review moves to Thursday.
 --b1
-Content-Type: application/pdf; name="agenda.pdf"
-Content-Disposition: attachment; filename="agenda.pdf"
+Content-Type: text/calendar; name="agenda.ics"
+Content-Disposition: attachment; filename="agenda.ics"
 Content-Transfer-Encoding: base64
 
 JVBERi0xLjQK
@@ -126,7 +126,7 @@ async def test_mail_headers_lead_and_attachments_are_listed(stdio):
         "From: Kim Minji <minji@example.com>", "To: team@example.com",
         "Date: 2024-03-05T09:30:00+09:00", "Subject: 회의 안내", "",
         "회의는 목요일 오후 세 시에 열립니다.", "The quarterly zephyr review moves to Thursday.",
-        "[attachment] agenda.pdf"]
+        "[attachment] agenda.ics (text/calendar, 9 bytes)"]  # listed: no reader for .ics
 
 
 def test_zip_based_formats_are_all_bomb_checked(tmp_path):
