@@ -531,8 +531,11 @@ def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: in
 
 def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
                  source: str | None = None, width: int = 2000) -> list[sqlite3.Row]:
-    """Raw lines containing `needle` (case-insensitive for ASCII), in document order, each
-    cut to its first `width` characters (`length` holds the whole line's)."""
+    """Raw lines containing `needle` (case-insensitive for ASCII), up to `limit` of them, in
+    document order, each cut to its first `width` characters (`length` holds the whole
+    line's). The first `limit` lines found in storage order are the ones returned: sorting
+    every match by name first made a common needle read every line (2.5 s at 100,000
+    chunks, against 0.03 s when the scan may stop at `limit`)."""
     if len(needle) >= 3:
         where = "l.id IN (SELECT rowid FROM lines_fts WHERE lines_fts MATCH ?)"
         params: list = ['"' + needle.replace('"', '""') + '"']
@@ -546,9 +549,10 @@ def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
     if source is not None:
         sql += " AND s.name = ?"
         params.append(source)
-    sql += " ORDER BY s.name, l.page, l.line LIMIT ?"
+    sql += " LIMIT ?"
     params.append(limit)
-    return conn.execute(sql, params).fetchall()
+    rows = conn.execute(sql, params).fetchall()
+    return sorted(rows, key=lambda row: (row["source"], row["page"], row["line"]))
 
 
 def source_names_ending(conn: sqlite3.Connection, name: str, limit: int) -> list[str]:
