@@ -381,7 +381,7 @@ def transcribe(path: Path, settings: Settings | None = None, sha256: str | None 
                progress: Progress | None = None) -> Transcript:
     """The transcript of `path`, from the cache when this file, engine, model and language
     were transcribed before (no progress then: it takes milliseconds); else by the engine,
-    telling `progress` how far it is, then cached. Raises AudioUnavailable."""
+    telling `progress` 0.0 first, then how far it is, then cached. Raises AudioUnavailable."""
     import folders
 
     settings = settings or current_settings()
@@ -389,6 +389,8 @@ def transcribe(path: Path, settings: Settings | None = None, sha256: str | None 
     language = (settings.language or "auto").lower()
     target = cache_path(sha256 or folders.file_sha256(path), settings.engine, model, language)
     if (found := _cached(target)) is None:
+        if progress is not None:  # at once: loading, decoding and VAD take seconds
+            progress(0.0, STAGE)
         engine = engine_for(settings, model)
         found = engine.transcribe(path, None if language == "auto" else language, progress)
         found.engine, found.model = engine.name, model_label(model)

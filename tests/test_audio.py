@@ -371,9 +371,10 @@ def test_transcription_reports_rising_shares_while_it_runs_and_none_from_the_cac
                              progress=lambda share, stage: told.append(
                                  (share, stage, time.monotonic() - started)))
     shares = [share for share, _, _ in told]
-    assert shares == sorted(set(shares)) and shares[-1] == 1.0 and len(shares) >= 10, shares
+    assert shares[0] == 0.0 and told[0][2] < 0.1  # at once, before the model loads
+    assert shares[1:] == sorted(set(shares[1:])) and shares[-1] == 1.0 and len(shares) >= 10
     assert {stage for _, stage, _ in told} == {"transcribing"}
-    assert told[0][2] < 0.5 * told[-1][2]  # the first report came early, not all at the end
+    assert told[1][2] < 0.5 * told[-1][2]  # the first segment's report came early, not last
     assert 100 < found.duration < 120 and len(found.segments) >= 10
     again = []
     audio.transcribe(long_recording, audio.Settings(), progress=lambda *a: again.append(a))
@@ -393,6 +394,7 @@ def test_indexer_reports_the_recording_in_hand_with_its_percentage(tmp_path, tin
     assert messages[0] == (0, 1, "indexing jfk.flac") and audio_steps
     assert all(re.fullmatch(r"transcribing jfk\.flac \d+%", m) and (d, t) == (0, 1)
                for d, t, m in audio_steps)
+    assert audio_steps[0][2] == "transcribing jfk.flac 0%"
     assert audio_steps[-1][2] == "transcribing jfk.flac 100%" and messages[-1][2] == "done"
 
 
