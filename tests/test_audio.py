@@ -20,6 +20,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
 import audio
+import benchmark
 import extract
 import fulltext
 import ingest
@@ -431,3 +432,29 @@ async def test_cli_bar_and_get_index_info_show_the_recording_and_its_percentage(
     bar = (tmp_path / "stderr.txt").read_text(encoding="utf-8")
     shown = [int(p) for p in re.findall(r"talk\.wav (\d+)%", bar)]
     assert len(shown) >= 10 and shown == sorted(shown) and shown[-1] == 100, bar[-2000:]
+
+
+# ----------------------------------------------------------------------------- benchmark
+
+
+def test_benchmark_audio_without_recordings_says_where_to_point_it(tmp_path, capsys):
+    assert benchmark.main(["audio", "--dir", str(tmp_path)]) == 2
+    assert "no recordings in" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_benchmark_audio_times_each_model_against_base(tmp_path, whisper_models, capsys,
+                                                       monkeypatch):
+    if len(whisper_models) < 2:
+        pytest.skip("needs the test model packages from requirements-dev.txt")
+    monkeypatch.delenv(audio.MODEL_ENV)  # the test models alone, each measured once
+    folder = tmp_path / "audio"
+    folder.mkdir()
+    (folder / "jfk.flac").write_bytes(shared_path(*AUDIO, "en", "whisper", "jfk.flac")
+                                      .read_bytes())
+    assert benchmark.main(["audio", "--dir", str(folder), "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"jfk\.flac +11\.0 +\d+\.\d{3} RTF +\d+\.\d{3} RTF", out), out
+    assert re.search(r"^  base +\d+\.\d\d +\d+\.\d{3} +- +[1-9]\d+$", out, re.M), out
+    assert re.search(r"against base \(the baseline\): tiny\.en \d+\.\d\dx its time, "
+                     r"\d+\.\d\dx its memory$", out, re.M), out
