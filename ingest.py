@@ -370,19 +370,35 @@ class Indexer:
 
     def index_all(self, files: list[tuple[Path, str]], summary: Summary, force: bool,
                   should_stop: Callable[[], bool] | None = None) -> None:
-        """Index files one by one, embedding after each; stop cleanly between files if asked."""
+        """Index files one by one, embedding after each; stop cleanly between files if asked.
+        A recording's transcription also reports its percentage, on the bar and to `report`
+        (`transcribing meeting.m4a 42%`), so a 20-minute file is seen to move."""
+        import audio
+
         bar = _progress(files, len(files), "files", self.progress)
         for done, (path, name) in enumerate(bar):
-            bar.set_postfix_str(name if len(name) <= 40 else "..." + name[-37:], refresh=False)
+            short = name if len(name) <= 40 else "..." + name[-37:]
+            bar.set_postfix_str(short, refresh=False)
             if should_stop and should_stop():
                 summary.cancelled = True
                 break
             if self.report:
                 self.report(done, len(files), f"indexing {name}")
-            self.index_file(path, name, summary, force=force)
+            with audio.reporting(self._partway(bar, short, done, len(files), name)):
+                self.index_file(path, name, summary, force=force)
             summary.embedded += self.embed_pending()
         if self.report:
             self.report(len(files), len(files), "cancelled" if summary.cancelled else "done")
+
+    def _partway(self, bar, short: str, done: int, total: int, name: str):
+        """The `(share, stage)` callable for the file in hand: its bar postfix and report."""
+
+        def tell(share: float, stage: str) -> None:
+            bar.set_postfix_str(f"{short} {share:.0%}")
+            if self.report:
+                self.report(done, total, f"{stage} {name} {share:.0%}")
+
+        return tell
 
     def reset_embeddings(self) -> None:
         """Forget every vector (a new embedder, or a forced re-embed): all chunks to pending."""

@@ -4,15 +4,23 @@ The slow tests run faster-whisper with the test models conftest.py assembles (ti
 the multilingual base) on the recordings in ../shared/corpus/audio, 2 threads, int8.
 """
 
+import asyncio
 import json
 import re
+import subprocess
 import sys
+import time
 import unicodedata
+import wave
+from pathlib import Path
 
 import pytest
-from conftest import shared_path
+from conftest import call, clean_env, shared_path
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
 
 import audio
+import benchmark
 import extract
 import fulltext
 import ingest
@@ -20,6 +28,7 @@ import kb as kbmod
 import search
 
 AUDIO = ("corpus", "audio")
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -52,9 +61,9 @@ def engine_runs(monkeypatch):
     runs = []
     real = audio.FasterWhisper.transcribe
 
-    def counting(self, path, language):
+    def counting(self, path, language, progress=None):
         runs.append(path.name)
-        return real(self, path, language)
+        return real(self, path, language, progress)
 
     monkeypatch.setattr(audio.FasterWhisper, "transcribe", counting)
     return runs
@@ -225,6 +234,21 @@ def test_without_an_engine_a_recording_needs_action(tmp_path, no_engine):
         [("needs_action", "audio-unavailable")]
 
 
+def test_without_openai_whisper_its_kb_needs_action_naming_its_install(tmp_path, monkeypatch):
+    """The openai-whisper engine's only test here: PyTorch is too big for the test machines,
+    so this pins the path every user without it takes (a machine with it may run the rest)."""
+    monkeypatch.setitem(sys.modules, "whisper", None)  # as on an install without it
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setattr(audio._STATE, "models", {})
+    kb = make_kb(tmp_path, {"engine": "openai-whisper", "model": "base"})
+    summary = ingest.ingest(kb, [shared_path(*AUDIO, "en", "whisper", "jfk.flac")])
+    [failed] = summary.failed
+    assert (failed["state"], failed["reason"]) == ("needs_action", "audio-unavailable")
+    assert "`pip install openai-whisper`" in failed["detail"]
+    assert "audio.engine to faster-whisper" in failed["detail"]
+    assert source_rows(kb)["jfk.flac"]["state"] == "needs_action"
+
+
 # ----------------------------------------------------------------------------- real models
 
 
@@ -301,3 +325,136 @@ def test_search_finds_spoken_phrases_with_their_time_and_reindex_never_transcrib
     assert all(p.startswith("faster-whisper:whisper-base") for p in parsers.values()), parsers
     again = ingest.ingest(kb, recordings, force=True)  # re-extracts, from the cache
     assert again.indexed == 2 and len(engine_runs) == 2
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+def test_progress_tells_each_whole_percent_once_and_ends_at_one():
+    told = []
+    with audio.reporting(lambda share, stage: told.append((share, stage))):
+        reached = audio._steps(audio._LISTENER.progress, 200.0)
+        for seconds in (1.0, 1.5, 7.0, 7.2, 100.0, 199.9, 250.0):
+            reached(seconds)
+    assert told == [(0.0, "transcribing"), (0.03, "transcribing"), (0.5, "transcribing"),
+                    (0.99, "transcribing"), (1.0, "transcribing")]
+    assert getattr(audio._LISTENER, "progress", None) is None  # the `with` put it back
+
+
+@pytest.fixture(scope="module")
+def long_recording(tmp_path_factory) -> Path:
+    """Two minutes of real speech: three English corpus clips joined four times over, 16 kHz
+    mono, long enough for progress to be seen moving (the corpus has no long recording)."""
+    import av
+
+    pcm = bytearray()
+    for clip in ("whisper/jfk.flac", "docling/sample_10s.mp3", "markitdown/test.wav"):
+        resampler = av.AudioResampler(format="s16", layout="mono", rate=16000)
+        with av.open(str(shared_path(*AUDIO, "en", *clip.split("/")))) as container:
+            for frame in [*container.decode(audio=0), None]:  # None flushes the resampler
+                for out in resampler.resample(frame):
+                    pcm += out.to_ndarray().tobytes()
+    path = tmp_path_factory.mktemp("long") / "talk.wav"
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(bytes(pcm) * 4)
+    return path
+
+
+@pytest.mark.slow
+def test_transcription_reports_rising_shares_while_it_runs_and_none_from_the_cache(
+        long_recording, tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv(audio.CACHE_ENV, str(tmp_path))  # a cold cache: the engine runs
+    told, started = [], time.monotonic()
+    found = audio.transcribe(long_recording, audio.Settings(),
+                             progress=lambda share, stage: told.append(
+                                 (share, stage, time.monotonic() - started)))
+    shares = [share for share, _, _ in told]
+    assert shares[0] == 0.0 and told[0][2] < 0.1  # at once, before the model loads
+    assert shares[1:] == sorted(set(shares[1:])) and shares[-1] == 1.0 and len(shares) >= 10
+    assert {stage for _, stage, _ in told} == {"transcribing"}
+    assert told[1][2] < 0.5 * told[-1][2]  # the first segment's report came early, not last
+    assert 100 < found.duration < 120 and len(found.segments) >= 10
+    again = []
+    audio.transcribe(long_recording, audio.Settings(), progress=lambda *a: again.append(a))
+    assert again == []
+
+
+@pytest.mark.slow
+def test_indexer_reports_the_recording_in_hand_with_its_percentage(tmp_path, tiny_model,
+                                                                    monkeypatch):
+    monkeypatch.setenv(audio.CACHE_ENV, str(tmp_path / "transcripts"))
+    messages = []
+    summary = ingest.ingest(make_kb(tmp_path), [shared_path(*AUDIO, "en", "whisper", "jfk.flac")],
+                            report=lambda done, total, message: messages.append(
+                                (done, total, message)))
+    assert summary.indexed == 1
+    audio_steps = [m for m in messages if m[2].startswith("transcribing")]
+    assert messages[0] == (0, 1, "indexing jfk.flac") and audio_steps
+    assert all(re.fullmatch(r"transcribing jfk\.flac \d+%", m) and (d, t) == (0, 1)
+               for d, t, m in audio_steps)
+    assert audio_steps[0][2] == "transcribing jfk.flac 0%"
+    assert audio_steps[-1][2] == "transcribing jfk.flac 100%" and messages[-1][2] == "done"
+
+
+@pytest.mark.slow
+async def test_cli_bar_and_get_index_info_show_the_recording_and_its_percentage(
+        tmp_path, long_recording, tiny_model):
+    base = tmp_path / "base"
+    make_kb(tmp_path, None)  # a BM25-only KB `talks` under `base`
+    env = clean_env(LINECITE_AUDIO_CACHE=str(tmp_path / "transcripts"))  # cold: it runs
+    seen = []
+    transport = StdioTransport(command=sys.executable,
+                               args=[str(REPO / "server.py"), "--base-path", str(base)],
+                               env=env, cwd=str(REPO))
+    async with Client(transport) as client:
+        await call(client, "get_index_info", kb_id="talks")  # the server is up
+        with (tmp_path / "stderr.txt").open("w", encoding="utf-8") as err:
+            cli = subprocess.Popen([sys.executable, str(REPO / "ingest.py"), str(long_recording),
+                                    "--kb", "talks", "--base-path", str(base)], cwd=REPO,
+                                   env=env, stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                while cli.poll() is None:
+                    info = await call(client, "get_index_info", kb_id="talks")
+                    if info["status"] == "running" and info["progress"]:
+                        seen.append(info["progress"]["file"])
+                    await asyncio.sleep(0.2)
+            finally:
+                if cli.poll() is None:  # a failed assertion above: leave no process behind
+                    cli.kill()
+                cli.wait(timeout=30)
+    assert cli.returncode == 0
+    percents = [int(m[1]) for f in seen if (m := re.fullmatch(r"transcribing talk\.wav (\d+)%",
+                                                              f or ""))]
+    assert len(percents) >= 2 and percents == sorted(percents), seen
+    bar = (tmp_path / "stderr.txt").read_text(encoding="utf-8")
+    shown = [int(p) for p in re.findall(r"talk\.wav (\d+)%", bar)]
+    assert len(shown) >= 10 and shown == sorted(shown) and shown[-1] == 100, bar[-2000:]
+
+
+# ----------------------------------------------------------------------------- benchmark
+
+
+def test_benchmark_audio_without_recordings_says_where_to_point_it(tmp_path, capsys):
+    assert benchmark.main(["audio", "--dir", str(tmp_path)]) == 2
+    assert "no recordings in" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_benchmark_audio_times_each_model_against_base(tmp_path, whisper_models, capsys,
+                                                       monkeypatch):
+    if len(whisper_models) < 2:
+        pytest.skip("needs the test model packages from requirements-dev.txt")
+    monkeypatch.delenv(audio.MODEL_ENV)  # the test models alone, each measured once
+    folder = tmp_path / "audio"
+    folder.mkdir()
+    (folder / "jfk.flac").write_bytes(shared_path(*AUDIO, "en", "whisper", "jfk.flac")
+                                      .read_bytes())
+    assert benchmark.main(["audio", "--dir", str(folder), "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"jfk\.flac +11\.0 +\d+\.\d{3} RTF +\d+\.\d{3} RTF", out), out
+    assert re.search(r"^  base +\d+\.\d\d +\d+\.\d{3} +- +[1-9]\d+$", out, re.M), out
+    assert re.search(r"against base \(the baseline\): tiny\.en \d+\.\d\dx its time, "
+                     r"\d+\.\d\dx its memory$", out, re.M), out
