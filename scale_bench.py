@@ -179,8 +179,14 @@ def write_sqlite(conn, n: int) -> tuple[float, float]:
 def prepared_kb_folder(base: Path, n: int, want: str) -> tuple[Path, dict | None]:
     """The KB folder and its build record when it matches (n, want); a stale benchmark KB is
     deleted, a folder that is not one is refused (never delete what we did not build)."""
+    from pidlock import PidLock
+
     folder = base / KB_ID
     marker = folder / MARKER
+    holder = PidLock(folder / ".writer.lock", "").holder()  # the indexer's lock
+    if holder is not None:
+        raise ValueError(f"{folder} is being written by process {holder.get('pid')}; wait "
+                         "for that run to finish, or pass another --base")
     if marker.exists():
         record = json.loads(marker.read_text(encoding="utf-8"))
         if record.get("state") == "done" and record.get("n") == n and \
@@ -261,14 +267,17 @@ def percentiles(ms: list[float]) -> dict:
     return {"p50": pick(0.5), "p95": pick(0.95)}
 
 
-def timed(run, items: list) -> dict:
-    """p50/p95 in ms of run(item) over items."""
-    out = []
-    for item in items:
-        start = time.perf_counter()
-        run(item)
-        out.append(1000 * (time.perf_counter() - start))
-    return percentiles(out)
+def timed(runs: dict) -> dict:
+    """p50/p95 in ms of each name's run(item) over its items (name -> (run, items)). The
+    runs take turns query by query, so a burst of load elsewhere hits every mode alike."""
+    ms: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(max(len(items) for _, items in runs.values())):
+        for name, (run, items) in runs.items():
+            if i < len(items):
+                start = time.perf_counter()
+                run(items[i])
+                ms[name].append(1000 * (time.perf_counter() - start))
+    return {name: percentiles(values) for name, values in ms.items()}
 
 
 def measure_linecite(base: Path, queries: list[dict]) -> dict:
@@ -285,7 +294,7 @@ def measure_linecite(base: Path, queries: list[dict]) -> dict:
     for run, items in runs.values():
         for item in items[:WARMUP]:
             run(item)
-    out = {name: timed(run, items) for name, (run, items) in runs.items()}
+    out = timed(runs)
     out["rss"], out["rss_how"] = rss()
     lib.close()
     return out
@@ -333,13 +342,17 @@ def measure_baseline(base: Path, queries: list[dict], spawned: float) -> dict:
     first_answer = time.time() - spawned
     for query in texts[:WARMUP]:
         rrf(query)
-    out = {"bm25": timed(bm25_top, texts), "vector": timed(vector_top, texts),
-           "auto": timed(rrf, texts), "first_answer_s": round(first_answer, 2),
-           "bm25okapi_bytes": None if before is None else after - before, "rss_how": how}
-    lines = [r[0].lower() for r in conn.execute("SELECT text FROM chunks")]  # exact: a scan
+    chunk_texts = [r[0].lower() for r in conn.execute("SELECT text FROM chunks")]  # a scan
     short, long = zip(*(needles(t, i) for i, t in enumerate(texts)), strict=True)
-    scan = lambda needle: [i for i, t in enumerate(lines) if needle.lower() in t]  # noqa: E731
-    out["exact_short"], out["exact_long"] = timed(scan, list(short)), timed(scan, list(long))
+
+    def scan(needle: str) -> list[int]:
+        return [i for i, text in enumerate(chunk_texts) if needle.lower() in text]
+
+    out = timed({"bm25": (bm25_top, texts), "vector": (vector_top, texts),
+                 "auto": (rrf, texts), "exact_short": (scan, list(short)),
+                 "exact_long": (scan, list(long))})
+    out.update({"first_answer_s": round(first_answer, 2), "rss_how": how,
+                "bm25okapi_bytes": None if before is None else after - before})
     store.close()
     conn.close()
     return out

@@ -79,6 +79,21 @@ def test_a_folder_it_did_not_build_is_refused_not_deleted(tmp_path, capsys):
     assert theirs.read_text(encoding="utf-8") == "{}"
 
 
+def test_a_kb_another_run_is_building_is_left_alone(tmp_path, capsys):
+    """Two runs on one --base: the second must not delete the first one's half-built KB
+    (a stale or other-N KB is deleted and rebuilt, so this needs its own check)."""
+    from pidlock import PidLock
+
+    shared_path("eval")
+    folder = tmp_path / scale_bench.KB_ID
+    folder.mkdir()
+    (folder / scale_bench.MARKER).write_text('{"state": "building"}', encoding="utf-8")
+    with PidLock(folder / ".writer.lock", "indexing"):
+        assert scale_bench.run(N, tmp_path, 3, False, True, []) == 2
+    assert "is being written by process" in capsys.readouterr().err
+    assert (folder / scale_bench.MARKER).exists()
+
+
 @pytest.mark.parametrize("n, queries, cold, says", [
     (5, 10, [], "N must be"), (N, 0, [], "--queries must be"),
     (N, 10, ["hybrid"], "--cold takes modes")])
@@ -91,5 +106,5 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys, n, queries,
 def test_exact_needles_are_short_and_long():
     """exact_p95_ms must cover 1-2 character needles (no trigram index can serve them)."""
     short = [scale_bench.needles(q, i)[0] for i, q in enumerate(["배포 절차는?", "人工智能"])]
-    assert short == ["절", "人工"]
+    assert short == ["절", "人工"]  # 1 and 2 characters in turn
     assert scale_bench.needles("What is the Hedgehog pathway?", 0) == ("H", "Hedgehog")
