@@ -411,7 +411,8 @@ def measure_all(base: Path, queries_file: Path, queries: list[dict],
     out = {}
     for name, step in (("linecite", lambda: run_child("linecite", base, queries_file)),
                        ("baseline", lambda: run_child("baseline", base, queries_file)),
-                       ("cold", lambda: first_answers(base, queries, cold_modes))):
+                       ("cold", lambda: first_answers(base, queries, cold_modes)
+                        if cold_modes else {})):
         start = time.perf_counter()
         out[name] = step()
         print(f"scale: {name} measured in {time.perf_counter() - start:.0f} s", file=sys.stderr)
