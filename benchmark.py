@@ -8,6 +8,7 @@ Each section is a subcommand and a function; others add theirs (ingest, search) 
     python benchmark.py search --base BASE [--queries N]
     python benchmark.py formats [--dir CORPUS]
     python benchmark.py audio [--dir CORPUS/audio] [--threads N] [--busy]
+    python benchmark.py scale N [--base BASE] [--queries N] [--busy] [--json]  (scale_bench.py)
 
 `extract` times extract.extract() (the pypdfium2 > pdfminer > pypdf chain) against plain
 pypdf over every PDF in DIR (default: the FinanceBench subset, 36 SEC filings) and prints
@@ -380,6 +381,17 @@ def bench_audio(folder: Path, threads: int, busy: bool) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- scale
+
+
+def bench_scale(args: argparse.Namespace) -> int:
+    """Build a KB of N chunks once, then measure it beside the baseline (scale_bench.py)."""
+    import scale_bench
+
+    cold = [mode for mode in args.cold.split(",") if mode.strip()]
+    return scale_bench.run(args.n, args.base, args.queries, args.busy, args.json, cold)
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -410,6 +422,17 @@ def main(argv: list[str] | None = None) -> int:
     au.add_argument("--threads", type=int, default=2, help="CPU threads for the engine")
     au.add_argument("--busy", action="store_true", help="keep one other core busy meanwhile")
     au.set_defaults(run=lambda a: bench_audio(a.dir, max(1, a.threads), a.busy))
+    sc = sections.add_parser("scale", help="N chunks: every mode, memory, disk, cold start "
+                             "beside rank_bm25 + Chroma RRF (scale_bench.py)")
+    sc.add_argument("n", type=int, help="chunks in the KB (built once, then reused)")
+    sc.add_argument("--base", type=Path, default=None,
+                    help="base folder of the benchmark KB (default: <temp>/linecite-scale-N)")
+    sc.add_argument("--queries", type=int, default=200, help="eval-set queries (ko, zh, en)")
+    sc.add_argument("--cold", default=",".join(("bm25", "vector", "auto", "exact")),
+                    help="modes timed from a new server.py to its first answer ('' for none)")
+    sc.add_argument("--busy", action="store_true", help="measure again with one core spun")
+    sc.add_argument("--json", action="store_true", help="print one JSON object last")
+    sc.set_defaults(run=bench_scale)
     args = parser.parse_args(argv)
     return args.run(args)
 

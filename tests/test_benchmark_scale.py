@@ -1,0 +1,110 @@
+"""`benchmark.py scale N` end to end: a real build through the write path, real measurement
+children, a real `server.py` cold start; and the guards that keep it from harming a folder.
+
+    pytest tests/test_benchmark_scale.py -m "not slow"   # the guards only, a few seconds
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, shared_path
+
+import scale_bench
+
+REPO = Path(__file__).resolve().parent.parent
+N = 600  # chunks: every language is in (ko, zh, en alternate), the build takes seconds
+KEYS = ("auto_p50_ms", "auto_p95_ms", "exact_p95_ms", "baseline_auto_p50_ms",
+        "first_answer_s", "server_rss_mb", "bm25_p50_ms", "bm25_p95_ms", "vector_p50_ms",
+        "vector_p95_ms", "sqlite_bytes", "chroma_bytes", "sqlite_chunks_per_s",
+        "chroma_chunks_per_s", "build_s")
+
+
+def scale(base: Path, *args: str) -> dict:
+    """Run the subcommand as a user would; its last stdout line, the JSON object."""
+    done = subprocess.run([sys.executable, str(REPO / "benchmark.py"), "scale", str(N),
+                           "--base", str(base), "--json", *args], cwd=str(REPO),
+                          capture_output=True, text=True, encoding="utf-8", env=clean_env(),
+                          timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| auto p50 / p95 ms" in done.stdout  # the table comes before the JSON
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_scale_builds_measures_and_reuses_its_kb(tmp_path):
+    shared_path("eval")
+    first = scale(tmp_path, "--queries", "10", "--cold", "exact")
+    for key in KEYS:
+        assert first[key] > 0, key
+    assert first["chunks"] == N and not first["build_reused"]
+    assert set(first["first_answer_by_mode_lang_s"]) == {"exact ko", "exact zh", "exact en"}
+
+    # the KB holds N chunks in both stores, all embedded, as the server will count them
+    import chroma_store
+    import fulltext
+
+    folder = tmp_path / scale_bench.KB_ID
+    conn = fulltext.connect(folder / fulltext.FILENAME, readonly=True)
+    try:
+        counts = fulltext.counts(conn)
+    finally:
+        conn.close()
+    assert (counts["chunks"], counts["embedded"]) == (N, N)
+    store = chroma_store.open_store(folder, scale_bench.KB_ID, None, readonly=True)
+    try:
+        assert store.count() == N
+    finally:
+        store.close()
+
+    second = scale(tmp_path, "--queries", "3", "--cold", "")
+    assert second["build_reused"] and second["build_s"] == 0.0
+    assert second["sqlite_chunks_per_s"] == first["sqlite_chunks_per_s"]  # the first build's
+    assert second["first_answer_s"] is None  # no cold start asked for
+
+
+def test_a_folder_it_did_not_build_is_refused_not_deleted(tmp_path, capsys):
+    """--base pointed at a real base folder whose KB happens to be called `scale`: the
+    benchmark must not rebuild (delete) it."""
+    shared_path("eval")
+    theirs = tmp_path / scale_bench.KB_ID / "config.json"
+    theirs.parent.mkdir()
+    theirs.write_text("{}", encoding="utf-8")
+    assert scale_bench.run(N, tmp_path, 3, False, True, []) == 2
+    assert "is not a scale benchmark KB" in capsys.readouterr().err
+    assert theirs.read_text(encoding="utf-8") == "{}"
+
+
+def test_a_kb_another_run_is_building_is_left_alone(tmp_path, capsys):
+    """Two runs on one --base: the second must not delete the first one's half-built KB
+    (a stale or other-N KB is deleted and rebuilt, so this needs its own check)."""
+    from pidlock import PidLock
+
+    shared_path("eval")
+    folder = tmp_path / scale_bench.KB_ID
+    folder.mkdir()
+    (folder / scale_bench.MARKER).write_text('{"state": "building"}', encoding="utf-8")
+    with PidLock(folder / ".writer.lock", "indexing"):
+        assert scale_bench.run(N, tmp_path, 3, False, True, []) == 2
+    assert "is being written by process" in capsys.readouterr().err
+    assert (folder / scale_bench.MARKER).exists()
+
+
+@pytest.mark.parametrize("n, queries, cold, says", [
+    (5, 10, [], "N must be"), (N, 0, [], "--queries must be"),
+    (N, 10, ["hybrid"], "--cold takes modes")])
+def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys, n, queries, cold, says):
+    assert scale_bench.run(n, tmp_path / "base", queries, False, False, cold) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "base").exists()
+
+
+def test_exact_needles_are_short_and_long():
+    """exact_p95_ms must cover 1-2 character needles (no trigram index can serve them)."""
+    short = [scale_bench.needles(q, i)[0] for i, q in enumerate(["배포 절차는?", "人工智能"])]
+    assert short == ["절", "人工"]  # 1 and 2 characters in turn
+    assert scale_bench.needles("What is the Hedgehog pathway?", 0) == ("H", "Hedgehog")
