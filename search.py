@@ -19,7 +19,9 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
@@ -218,12 +220,13 @@ class Searcher:
         if use_vector and self.store is None:
             raise ValueError("this knowledge base has no embedder; use search_mode 'bm25'")
         candidates: dict[str, Candidate] = {}
+        nearest = self._nearest(query, source) if use_vector else None
         # every matching chunk's BM25, read once: the ranked leg and _complete both use it
         bm25 = fulltext.bm25_all(self.conn, self.tokenize(query), source) if use_bm25 else {}
         if use_bm25:
             self._bm25_leg(bm25, candidates)
-        if use_vector:
-            embedding = self._vector_leg(query, source, candidates)
+        if nearest is not None:
+            embedding = self._vector_leg(nearest, candidates)
         if use_bm25 and use_vector:
             self._complete(bm25, embedding, candidates)
             ranked = fuse(list(candidates.values()), fusion, vector_weight)
@@ -263,12 +266,27 @@ class Searcher:
             if cand.bm25_rank is None:
                 cand.bm25 = bm25.get(cand.row["id"], 0.0)
 
-    def _vector_leg(self, query: str, source: str | None, out: dict[str, Candidate]):
+    def _nearest(self, query: str, source: str | None) -> Future:
+        """The query's embedding and its nearest chunks, worked out in a thread while the BM25
+        leg runs: on a first search, loading the embedder and the vector index then overlaps
+        loading the Korean or Chinese segmenter instead of following it."""
+        future: Future = Future()
+
+        def work() -> None:
+            try:
+                embedding = self.store.embed_query(query)
+                where = {"source": source} if source else None
+                future.set_result((embedding, self.store.query(embedding, CANDIDATES, where)))
+            except BaseException as err:  # handed to the caller, raised there
+                future.set_exception(err)
+
+        threading.Thread(target=work, name="linecite-vector-leg", daemon=True).start()
+        return future
+
+    def _vector_leg(self, nearest: Future, out: dict[str, Candidate]):
         """Fill `out` with the nearest chunks; returns the query's embedding for _complete."""
         with _vector_failures():
-            embedding = self.store.embed_query(query)
-            found = self.store.query(embedding, CANDIDATES,
-                                     {"source": source} if source else None)
+            embedding, found = nearest.result()
         rows = fulltext.chunks_by_id(self.conn, [cid for cid, _ in found])
         rank = 0
         for chunk_id, similarity in found:
