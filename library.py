@@ -441,8 +441,10 @@ def vector_problem(entry: OpenKB) -> str | None:
 
     if entry.store is None:
         return None
-    embedded = fulltext.embedded_count(entry.conn)
-    if not embedded:
+    # chunks not pending (embedded or failed): from FTS5's totals and the pending index, so
+    # the usual case needs no scan of a million chunk rows
+    settled = fulltext.fts_totals(entry.conn)[0] - fulltext.count_pending(entry.conn)
+    if settled <= 0:
         return None
     try:
         held = entry.store.count()
@@ -452,6 +454,9 @@ def vector_problem(entry: OpenKB) -> str | None:
         return str(err)
     except Exception as err:  # another model's vectors, an unreachable Chroma server
         return f"{type(err).__name__}: {str(err)[:300]}"
+    if held >= settled:
+        return None
+    embedded = fulltext.embedded_count(entry.conn)  # the exact count, only when short
     if held >= embedded:
         return None
     return chroma_store.missing_message(

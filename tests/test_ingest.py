@@ -310,3 +310,35 @@ def test_tokens_from_another_segmenter_are_redone_without_extracting_or_embeddin
     lib = library.Library(base)
     assert "warnings" not in lib.get_index_info("default")
     lib.close()
+
+
+def test_a_store_that_lost_vectors_is_reported_and_failed_chunks_are_not_counted(tmp_path):
+    # vector_problem counts settled chunks from FTS5's totals (issue 16: no scan of every chunk
+    # row); failed chunks must not make a whole store look short, lost vectors must
+    from library import Library
+
+    base = tmp_path / "base"
+    run_cli(str(write_text(tmp_path / "big.txt", 60, pages=2)), base=base)
+    kb, conn, store = open_kb(base)
+    ids = sorted(fulltext.indexed_chunk_ids(conn))
+    conn.close()
+    writer = fulltext.connect(kb.fulltext_path)
+    fulltext.set_embed_state(writer, ids[:2], "failed", "test: rejected by the embedder")
+    writer.close()
+    store.delete(ids[:2])  # a failed chunk has no vector
+    store.close()
+    library = Library(base)
+    try:
+        assert "warnings" not in library.get_index_info("default")
+        store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(None))
+        store.delete(ids[2:5])
+        store.close()
+        writer = fulltext.connect(kb.fulltext_path)  # a commit: the server looks again
+        fulltext.set_meta(writer, "touched", "1")
+        writer.close()
+        warnings = library.get_index_info("default").get("warnings", [])
+        held, embedded = len(ids) - 5, len(ids) - 2
+        assert any(f"holds {held:,} vectors but {embedded:,} chunks were embedded" in w
+                   for w in warnings), warnings
+    finally:
+        library.close()
