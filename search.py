@@ -19,9 +19,8 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
@@ -48,6 +47,9 @@ DIVERSITY_TOP = 5  # in the first 5 hits ...
 DIVERSITY_MAX_PER_SOURCE = 4  # ... at most 4 from one source, if another scores close
 DIVERSITY_CLOSE = 0.5  # "close" = at least this share of the best score
 # ---------------------------------------------------------------------------
+
+
+_vector_threads = ThreadPoolExecutor(4, "linecite-vector-leg")  # threads start on first use
 
 
 class VectorLegError(RuntimeError):
@@ -270,18 +272,13 @@ class Searcher:
         """The query's embedding and its nearest chunks, worked out in a thread while the BM25
         leg runs: on a first search, loading the embedder and the vector index then overlaps
         loading the Korean or Chinese segmenter instead of following it."""
-        future: Future = Future()
 
-        def work() -> None:
-            try:
-                embedding = self.store.embed_query(query)
-                where = {"source": source} if source else None
-                future.set_result((embedding, self.store.query(embedding, CANDIDATES, where)))
-            except BaseException as err:  # handed to the caller, raised there
-                future.set_exception(err)
+        def work() -> tuple:
+            embedding = self.store.embed_query(query)
+            where = {"source": source} if source else None
+            return embedding, self.store.query(embedding, CANDIDATES, where)
 
-        threading.Thread(target=work, name="linecite-vector-leg", daemon=True).start()
-        return future
+        return _vector_threads.submit(work)
 
     def _vector_leg(self, nearest: Future, out: dict[str, Candidate]):
         """Fill `out` with the nearest chunks; returns the query's embedding for _complete."""
