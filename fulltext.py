@@ -4,9 +4,10 @@ One file per KB (`<base>/<kb_id>/fulltext.sqlite3`, WAL mode, schema version in
 `PRAGMA user_version`). It keeps every source with its hash and state, every raw line of
 every page (noise included), the chunks with their embedding state, and two indexes:
 
-- `chunks_fts`: FTS5 over segmented tokens (see segment.py), ranked with `bm25()`.
-- `lines_fts`: FTS5 trigram index over raw lines for exact substrings; strings shorter than
-  three characters fall back to a scan with `instr()`, so 1- and 2-character names still match.
+- `chunks_fts`: FTS5 over segmented tokens (see segment.py); BM25 is scored from bm25.py's
+  arrays of the same tokens, with FTS5's `bm25()` the fallback while those lag.
+- `lines_fts`: FTS5 trigram index over raw lines (each followed by LINE_END) for exact
+  substrings; a 1- or 2-character string is found through the trigrams that start with it.
 - `meta`: facts about the whole index, such as the segmenter signature its tokens came from.
 
 SQLite is the truth and Chroma follows it (see ingest.py): a source's lines and chunks are
@@ -20,12 +21,10 @@ what is written and read through a connection.
 
 from __future__ import annotations
 
-import heapq
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from operator import itemgetter
 
 from fulltext_schema import FILENAME as FILENAME
 from fulltext_schema import SCHEMA_VERSION as SCHEMA_VERSION
@@ -126,6 +125,7 @@ def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
         _restore_contexts(conn, source_id, kept)
         conn.execute("DELETE FROM chroma_tombstones WHERE chunk_id IN "
                      "(SELECT chunk_id FROM chunks WHERE source_id = ?)", (source_id,))
+        _flush_bm25(conn)
     return sum(c.chunk_id not in embedded for c in chunks)
 
 
@@ -170,6 +170,14 @@ def touch_source(conn: sqlite3.Connection, name: str, size: int, mtime: float) -
         conn.execute("UPDATE sources SET size = ?, mtime = ? WHERE name = ?", (size, mtime, name))
 
 
+def _flush_bm25(conn: sqlite3.Connection) -> None:
+    """Bring bm25.py's postings up to date before the writer commits (the triggers queued
+    what changed); until they are, searches fall back to chunks_fts."""
+    import bm25
+
+    bm25.flush(conn)
+
+
 def delete_source(conn: sqlite3.Connection, name: str) -> None:
     """Drop a source whole; its Chroma ids become tombstones in the same transaction."""
     with conn:
@@ -180,6 +188,7 @@ def delete_source(conn: sqlite3.Connection, name: str) -> None:
         conn.execute("DELETE FROM chunks WHERE source_id = "
                      "(SELECT id FROM sources WHERE name = ?)", (name,))
         conn.execute("DELETE FROM sources WHERE name = ?", (name,))
+        _flush_bm25(conn)
 
 
 def attachment_names(conn: sqlite3.Connection, name: str) -> list[str]:
@@ -241,6 +250,7 @@ def replace_tokens(conn: sqlite3.Connection, tokens: dict[int, str]) -> None:
         conn.executemany("UPDATE chunks SET tokens = ? WHERE id = ?",
                          [(text, rowid) for rowid, text in tokens.items()])
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+        _flush_bm25(conn)
 
 
 def set_pending_indexed(conn: sqlite3.Connection) -> None:
@@ -382,6 +392,7 @@ def save_contexts(conn: sqlite3.Connection, updates: Sequence[ContextUpdate]) ->
                 conn.execute("UPDATE sources SET state = 'pending' WHERE state IN"
                              " ('ready', 'degraded') AND id = (SELECT source_id FROM chunks"
                              " WHERE id = ?)", (u.rowid,))
+        _flush_bm25(conn)
 
 
 def contextualization_state(conn: sqlite3.Connection,
@@ -495,30 +506,38 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
 
 
 def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
-             source: str | None = None) -> dict[int, float]:
-    """BM25 (k1=1.2, b=0.75; positive, higher is better) of every matching chunk, by rowid.
+             source: str | None = None):
+    """BM25 (k1=1.2, b=0.75; positive, higher is better) of every matching chunk: a
+    `bm25.Scores` mapping rowid -> score, read once for both the ranked leg and the scores of
+    the vector leg's chunks. bm25.py scores from its arrays; while it cannot (chunks still
+    queued, an older index), FTS5's bm25() does, one pass without a join."""
+    import bm25
 
-    One FTS5 pass without a join: FTS5 scores every match even for `ORDER BY rank LIMIT n`,
-    so taking them all costs about the same, and both the ranked leg and the scores of the
-    vector leg's chunks are read from it (FinanceBench, 10,907 chunks: 18 ms against 32 ms
-    for the joined, sorted query alone).
-    """
+    allowed = None
+    if source is not None:
+        import numpy as np
+
+        allowed = np.array([r[0] for r in conn.execute(
+            "SELECT c.id FROM chunks c JOIN sources s ON s.id = c.source_id WHERE s.name = ?",
+            (source,))], np.int64)
+    found = bm25.scores(conn, query_tokens, allowed)
+    if found is not None:
+        return found
     match = bm25_match(conn, query_tokens)
     if not match:
-        return {}
+        return bm25.Scores.from_pairs([])
     sql = "SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
     params = [match]
     if source is not None:
         sql += (" AND rowid IN (SELECT c.id FROM chunks c JOIN sources s"
                 " ON s.id = c.source_id WHERE s.name = ?)")
         params.append(source)
-    return dict(conn.execute(sql, params).fetchall())
+    return bm25.Scores.from_pairs(conn.execute(sql, params).fetchall())
 
 
-def top_chunks(conn: sqlite3.Connection, scores: dict[int, float],
-               limit: int) -> list[tuple[sqlite3.Row, float]]:
-    """The `limit` best-scored chunks with their rows, best first."""
-    best = heapq.nlargest(limit, scores.items(), key=itemgetter(1))
+def top_chunks(conn: sqlite3.Connection, scores, limit: int) -> list[tuple[sqlite3.Row, float]]:
+    """The `limit` best-scored chunks (of a bm25.Scores) with their rows, best first."""
+    best = scores.top(limit)
     rows = chunks_by_rowid(conn, [rowid for rowid, _ in best])
     return [(rows[rowid], score) for rowid, score in best if rowid in rows]
 
@@ -529,17 +548,24 @@ def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: in
     return top_chunks(conn, bm25_all(conn, query_tokens, source), limit)
 
 
+EXACT_PREFIX_TERMS = 256  # trigrams a 1-2 character needle may start before a scan is cheaper
+
+
 def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
                  source: str | None = None, width: int = 2000) -> list[sqlite3.Row]:
-    """Raw lines containing `needle` (case-insensitive for ASCII), up to `limit` of them, in
-    document order, each cut to its first `width` characters (`length` holds the whole
-    line's). The first `limit` lines found in storage order are the ones returned: sorting
-    every match by name first made a common needle read every line (2.5 s at 100,000
-    chunks, against 0.03 s when the scan may stop at `limit`)."""
-    if len(needle) >= 3:
+    """Raw lines containing `needle` (case-insensitive), up to `limit` of them, in document
+    order, each cut to its first `width` characters (`length` holds the whole line's). The
+    first `limit` lines found in storage order are the ones returned: sorting every match by
+    name first made a common needle read every line (2.5 s at 100,000 chunks, against 0.03 s
+    when the search may stop at `limit`)."""
+    match = '"' + needle.replace('"', '""') + '"' if len(needle) >= 3 else _short_match(conn,
+                                                                                       needle)
+    if match == "":
+        return []  # no trigram starts with it: no line holds it
+    if match is not None:
         where = "l.id IN (SELECT rowid FROM lines_fts WHERE lines_fts MATCH ?)"
-        params: list = ['"' + needle.replace('"', '""') + '"']
-    else:  # the trigram index cannot see strings shorter than three characters
+        params: list = [match]
+    else:  # common (a scan meets `limit` lines soon), or an index from before _m006
         where = "instr(lower(l.text), lower(?)) > 0"
         params = [needle]
     sql = ("SELECT s.name AS source, l.page, l.line, substr(l.text, 1, ?) AS text,"
@@ -553,6 +579,22 @@ def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
     params.append(limit)
     rows = conn.execute(sql, params).fetchall()
     return sorted(rows, key=lambda row: (row["source"], row["page"], row["line"]))
+
+
+def _short_match(conn: sqlite3.Connection, needle: str) -> str | None:
+    """An FTS5 query for the lines holding a 1- or 2-character needle: the indexed trigrams
+    that start with it, which are all of them since every line ends in LINE_END. "" when
+    there are none; None when the needle starts more than EXACT_PREFIX_TERMS (it is common,
+    so a scan finds its lines at once) or the index predates LINE_END."""
+    if "grams" not in _columns(conn, "lines"):
+        return None
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.lines_vocab"
+                 " USING fts5vocab(main, 'lines_fts', 'row')")  # temp: fine read-only
+    low = needle.lower()
+    terms = [row[0] for row in conn.execute(
+        "SELECT term FROM temp.lines_vocab WHERE term >= ? AND term < ? LIMIT ?",
+        (low, low + "\U0010ffff", EXACT_PREFIX_TERMS + 1))]
+    return None if len(terms) > EXACT_PREFIX_TERMS else quote_fts(terms)
 
 
 def source_names_ending(conn: sqlite3.Connection, name: str, limit: int) -> list[str]:
@@ -658,7 +700,8 @@ def problem_sources(conn: sqlite3.Connection, limit: int) -> list[dict]:
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
-    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+    """Its columns, generated ones included (table_info leaves those out)."""
+    return {row[1] for row in conn.execute(f"PRAGMA table_xinfo({table})")}
 
 
 STATES = ("ready", "pending", "degraded", "failed", "needs_action")

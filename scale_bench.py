@@ -103,7 +103,7 @@ def fingerprint() -> str:
     import segment
 
     digest = hashlib.sha256(f"{FORMAT} {segment.signature()}".encode())
-    for name in ("chunking.py", "segment.py", "fulltext_schema.py"):
+    for name in ("chunking.py", "segment.py", "fulltext_schema.py", "bm25.py"):
         digest.update((REPO / name).read_bytes())
     return digest.hexdigest()
 

@@ -1,0 +1,154 @@
+"""bm25.py's arrays score every chunk exactly as FTS5's bm25() does, through every write path."""
+
+import sqlite3
+
+import pytest
+from conftest import shared_path
+from test_bm25 import load_beir
+
+import bm25
+import chunking
+import fulltext
+import fulltext_schema
+import segment
+
+
+def add(conn, name: str, text: str) -> None:
+    pages = [text.split("\n")]
+    chunks = chunking.chunk_pages(name, pages, [set()], segment.tokens)
+    fulltext.replace_source(conn, fulltext.SourceFile(name, f"/docs/{name}", name, 1, 1.0),
+                            "test", pages, chunks)
+
+
+def fts5_scores(conn, tokens) -> dict[int, float]:
+    match = fulltext.bm25_match(conn, tokens)
+    if not match:
+        return {}
+    return dict(conn.execute("SELECT rowid, -bm25(chunks_fts) FROM chunks_fts"
+                             " WHERE chunks_fts MATCH ?", (match,)).fetchall())
+
+
+def assert_same_as_fts5(conn, queries: list[str]) -> int:
+    """Every query's scores from the arrays equal FTS5's; returns how many chunks matched."""
+    matched = 0
+    for query in queries:
+        tokens = segment.tokens(query)
+        ours = bm25.scores(conn, tokens)
+        assert ours is not None, "the arrays should answer when nothing is queued"
+        want = fts5_scores(conn, tokens)
+        assert set(ours) == set(want), query
+        for rowid, score in want.items():
+            assert ours[rowid] == pytest.approx(score, rel=1e-9)
+        top = [r for r, _ in sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))[:10]]
+        assert [r for r, _ in ours.top(10)] == top
+        matched += len(want)
+    return matched
+
+
+@pytest.fixture
+def beir_texts():
+    docs, queries = [], []
+    for corpus in (("en", "beir-scifact"), ("ko", "autorag-allganize-ko", "beir"),
+                   ("zh", "cmrc2018-dev", "beir")):
+        d, q = load_beir(shared_path("eval", *corpus), 60, 15)
+        docs += [(doc["_id"], f"{doc.get('title', '')}\n{doc['text']}".strip()) for doc in d]
+        queries += q
+    return docs, queries
+
+
+def test_scores_equal_fts5_through_adds_changes_deletes_retokens_and_merges(
+        tmp_path, monkeypatch, beir_texts):
+    # small tiers, so a few hundred chunks go through many merges with dead postings in them
+    monkeypatch.setattr(bm25, "FANOUT", 2)
+    monkeypatch.setattr(bm25, "FLUSH_BATCH", 7)
+    docs, queries = beir_texts
+    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
+    for name, text in docs:
+        add(conn, name, text)
+    assert assert_same_as_fts5(conn, queries) > 100
+    for name, text in docs[::3]:  # changed files: their old postings must stop counting
+        add(conn, name, text[len(text) // 2:] + "\nunusualword")
+    for name, _ in docs[1::5]:
+        fulltext.delete_source(conn, name)
+    rowids = [r[0] for r in conn.execute("SELECT id FROM chunks ORDER BY id LIMIT 20")]
+    fulltext.replace_tokens(conn, {rowid: "retokenized unusualword" for rowid in rowids})
+    assert conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] < len(docs)
+    assert assert_same_as_fts5(conn, queries + ["unusualword retokenized"]) > 100
+    live = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    assert len(bm25.scores(conn, ["unusualword"])) == len(rowids) + sum(
+        1 for name, _ in docs[::3] if name not in {n for n, _ in docs[1::5]})
+    reader = fulltext.connect(tmp_path / fulltext.FILENAME, readonly=True)
+    assert assert_same_as_fts5(reader, queries) > 100  # a new reader builds its own figures
+    assert fulltext.fts_totals(reader)[0] == live
+
+
+def test_a_write_that_was_not_flushed_is_still_found_through_fts5(tmp_path):
+    # a writer that committed chunks without bm25.flush (a crash, an older linecite writing)
+    # must not hide them: the queue is not empty, so FTS5 answers until the next flush
+    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
+    add(conn, "a.txt", "harbour cranes were inspected")
+    with conn:
+        conn.execute("INSERT INTO chunks (chunk_id, source_id, page, line_start, line_end,"
+                     " text, tokens) VALUES ('x', 1, 1, 2, 2, 'late', 'late harbour')")
+    assert bm25.scores(conn, ["harbour"]) is None
+    assert len(fulltext.bm25_all(conn, ["late"])) == 1
+    add(conn, "b.txt", "another file")  # any writer's flush catches up
+    assert len(bm25.scores(conn, ["late"])) == 1
+    assert assert_same_as_fts5(conn, ["late harbour", "another"]) == 3
+
+
+def test_an_index_from_before_the_arrays_is_migrated_and_read_only_falls_back(
+        tmp_path, monkeypatch):
+    path = tmp_path / fulltext.FILENAME
+    with monkeypatch.context() as old_code:  # write the index as schema 4 did
+        old_code.setattr(fulltext_schema, "MIGRATIONS", fulltext_schema.MIGRATIONS[:4])
+        old_code.setattr(fulltext_schema, "SCHEMA_VERSION", 4)
+        old_code.setattr(fulltext, "_flush_bm25", lambda conn: None)
+        conn = fulltext.connect(path)
+        add(conn, "a.txt", "the quarterly report\nrevenue grew in the quarter")
+        add(conn, "b.txt", "a report on harbour cranes")
+        conn.close()
+    old = fulltext.connect(path, readonly=True)  # a server never migrates
+    assert bm25.scores(old, ["report"]) is None
+    assert len(fulltext.bm25_all(old, ["report"])) == 2
+    assert [r["line"] for r in fulltext.exact_search(old, "ha", 5)] == [1]  # the instr() scan
+    old.close()
+    conn = fulltext.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == fulltext.SCHEMA_VERSION
+    assert assert_same_as_fts5(conn, ["report", "harbour quarter"]) == 4
+    assert fulltext._short_match(conn, "ha") == '"har"'
+    assert [r["source"] for r in fulltext.exact_search(conn, "ha", 5)] == ["b.txt"]
+
+
+def test_top_breaks_ties_by_rowid_and_source_limits_the_matches(tmp_path):
+    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
+    for name in ("c.txt", "a.txt", "b.txt"):
+        add(conn, name, "identical words here")
+    add(conn, "d.txt", "identical words here and here")
+    scores = fulltext.bm25_all(conn, ["identical"])
+    ranked = scores.top(3)
+    assert [r for r, _ in ranked] == sorted(r for r, _ in ranked)  # equal scores: by rowid
+    assert ranked[0][1] == ranked[2][1]
+    only = fulltext.bm25_all(conn, ["identical"], source="b.txt")
+    b_rowid = conn.execute("SELECT c.id FROM chunks c JOIN sources s ON s.id = c.source_id"
+                           " WHERE s.name = 'b.txt'").fetchone()[0]
+    assert list(only) == [b_rowid] and only[b_rowid] == scores[b_rowid]
+    with pytest.raises(KeyError):
+        only[b_rowid + 1]
+
+
+def test_flush_runs_inside_the_writers_transaction(tmp_path):
+    # the arrays and the chunks must commit together: a rollback leaves neither
+    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
+    add(conn, "a.txt", "first words")
+    before = conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0]
+    with pytest.raises(sqlite3.IntegrityError):
+        with conn:
+            conn.execute("INSERT INTO chunks (chunk_id, source_id, page, line_start, line_end,"
+                         " text, tokens) VALUES ('y', 1, 1, 3, 3, 'second', 'second words')")
+            bm25.flush(conn)
+            conn.execute("INSERT INTO sources (id, name, state) VALUES (1, 'dup', 'x')")
+    assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] == before
+    assert conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0] == 0
+    assert bm25.scores(conn, ["second"]) is not None and len(bm25.scores(conn, ["second"])) == 0
