@@ -37,6 +37,8 @@ PRUNE_MIN_CHUNKS = 1000  # from this many chunks on, tokens in half the chunks a
 FANOUT = 8  # segments of one size tier merged into one
 MAX_MERGE_CHUNKS = 1 << 17  # a merge never holds more chunks' postings than this in memory
 FLUSH_BATCH = 20_000  # queued chunks read into one new segment
+FLUSH_MIN = 256  # queued chunks that make a segment; fewer are read from their tokens
+OVERLAY_MAX = 4 * FLUSH_MIN  # queued chunks a query reads itself; more: chunks_fts answers
 GENERATION_KEY = "bm25_generation"  # meta row: changes whenever the postings do
 ID, TF, LEN = np.dtype("<u4"), np.dtype("<u2"), np.dtype("<u4")  # stored array types
 # ---------------------------------------------------------------------------
@@ -64,16 +66,20 @@ def create(conn: sqlite3.Connection) -> None:
     for statement in SCHEMA:
         conn.execute(statement)
     conn.execute("INSERT INTO bm25_queue SELECT id FROM chunks")
-    flush(conn)
+    flush(conn, force=True)
 
 
 # ---------------------------------------------------------------------------
 # writing: queued chunks -> a new segment; segments of a tier -> one
 
 
-def flush(conn: sqlite3.Connection) -> None:
-    """Bring the postings up to date with `chunks`, inside the caller's open transaction."""
-    changed = False
+def flush(conn: sqlite3.Connection, force: bool = False) -> None:
+    """Write the queued chunks as segments once FLUSH_MIN of them wait (or when `force`),
+    inside the caller's open transaction. Fewer wait on in the queue, where every query
+    reads them from their tokens (scores), so a file's commit costs no segment write."""
+    count = conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0]
+    if not count or (count < FLUSH_MIN and not force):
+        return
     while True:
         queued = np.array([r[0] for r in conn.execute(
             "SELECT id FROM bm25_queue ORDER BY id LIMIT ?", (FLUSH_BATCH,))], dtype=np.int64)
@@ -82,11 +88,9 @@ def flush(conn: sqlite3.Connection) -> None:
         _retire(conn, queued)
         _write_segment(conn, queued)
         conn.execute("DELETE FROM bm25_queue WHERE id <= ?", (int(queued[-1]),))
-        changed = True
-    if changed:
-        _merge_tiers(conn)
-        conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
-                     " DO UPDATE SET value = excluded.value", (GENERATION_KEY, os.urandom(8).hex()))
+    _merge_tiers(conn)
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
+                 " DO UPDATE SET value = excluded.value", (GENERATION_KEY, os.urandom(8).hex()))
 
 
 def _retire(conn: sqlite3.Connection, queued: np.ndarray) -> None:
@@ -104,32 +108,42 @@ def _write_segment(conn: sqlite3.Connection, queued: np.ndarray) -> None:
     """The current tokens of the queued chunks that still exist, as one new segment. Tokens
     are split on spaces: segment.py emits only characters FTS5's tokenizer keeps, so these
     are exactly the terms chunks_fts holds."""
-    ids, lens = [], []
-    postings: dict[str, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
+    ids, lens, codes, posting_ids, tfs = [], [], [], [], []
+    names: dict[str, int] = {}
     rows = conn.execute("SELECT c.id, c.tokens FROM chunks c JOIN bm25_queue q ON q.id = c.id"
                         " WHERE q.id <= ? ORDER BY c.id", (int(queued[-1]),))
     for rowid, text in rows:
         words = text.split()
         ids.append(rowid)
         lens.append(len(words))
-        for term, tf in Counter(words).items():
-            entry = postings[term]
-            entry[0].append(rowid)
-            entry[1].append(tf)
+        counts = Counter(words)
+        codes += [names.setdefault(term, len(names)) for term in counts]
+        tfs += counts.values()
+        posting_ids += [rowid] * len(counts)
     if ids:
-        _insert_segment(conn, np.array(ids, ID), np.array(lens, LEN),
-                        ((t, np.array(i, ID), np.minimum(tf, 65535).astype(TF))
-                         for t, (i, tf) in postings.items()))
+        _insert_segment(conn, np.array(ids, ID), np.array(lens, LEN), list(names),
+                        np.array(codes, np.int64), np.array(posting_ids, np.int64),
+                        np.array(tfs, np.int64))
 
 
 def _insert_segment(conn: sqlite3.Connection, ids: np.ndarray, lens: np.ndarray,
-                    postings) -> None:
+                    names: list[str], codes: np.ndarray, posting_ids: np.ndarray,
+                    posting_tfs: np.ndarray) -> None:
+    """A segment of these chunks (ids sorted) and postings (names[code], rowid, tf), one row
+    a term, grouped by a sort of integer codes: a term at a time in Python, or a sort of the
+    strings, was most of a merge's time."""
     tier = int(math.log(len(ids), FANOUT))
     seg = conn.execute("INSERT INTO bm25_segments (tier, lo, hi, ids, lens) VALUES"
                        " (?, ?, ?, ?, ?)", (tier, int(ids[0]), int(ids[-1]), ids.tobytes(),
                                             lens.tobytes())).lastrowid
+    order = np.lexsort((posting_ids, codes))
+    codes, pids = codes[order], posting_ids[order].astype(ID)
+    ptfs = np.minimum(posting_tfs[order], 65535).astype(TF)
+    bounds = np.flatnonzero(np.diff(codes)) + 1
+    starts, ends = np.r_[0, bounds].tolist(), np.r_[bounds, len(codes)].tolist()
     conn.executemany("INSERT INTO bm25_postings VALUES (?, ?, ?, ?)",
-                     ((term, seg, i.tobytes(), tf.tobytes()) for term, i, tf in postings))
+                     ((names[codes[a]], seg, pids[a:b].tobytes(), ptfs[a:b].tobytes())
+                      for a, b in zip(starts, ends, strict=True)))
 
 
 def _merge_tiers(conn: sqlite3.Connection) -> None:
@@ -153,31 +167,27 @@ def _merge(conn: sqlite3.Connection, segs: list[int]) -> None:
     ids, lens = [], []
     for seg, blob, lblob in conn.execute(
             f"SELECT seg, ids, lens FROM bm25_segments WHERE seg IN ({marks})", segs):
-        live = _live(np.frombuffer(blob, ID), dead.get(seg))
-        ids.append(np.frombuffer(blob, ID)[live])
-        lens.append(np.frombuffer(lblob, LEN)[live])
-    by_term: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+        keep = _kept(np.frombuffer(blob, ID), dead.get(seg))
+        ids.append(np.frombuffer(blob, ID)[keep])
+        lens.append(np.frombuffer(lblob, LEN)[keep])
+    names: dict[str, int] = {}
+    codes, pids, ptfs = [], [], []
     for term, seg, blob, tblob in conn.execute(
             f"SELECT term, seg, ids, tfs FROM bm25_postings WHERE seg IN ({marks})", segs):
-        pids = np.frombuffer(blob, ID)
-        live = _live(pids, dead.get(seg))
-        if live.any():
-            by_term[term].append((pids[live], np.frombuffer(tblob, TF)[live]))
+        keep = _kept(np.frombuffer(blob, ID), dead.get(seg))
+        part = np.frombuffer(blob, ID)[keep]
+        if len(part):
+            codes.append(np.full(len(part), names.setdefault(term, len(names)), np.int64))
+            pids.append(part)
+            ptfs.append(np.frombuffer(tblob, TF)[keep])
     for table in ("bm25_postings", "bm25_segments", "bm25_dead"):
         conn.execute(f"DELETE FROM {table} WHERE seg IN ({marks})", segs)
     all_ids = np.concatenate(ids)
-    if not len(all_ids):
-        return
-    order = np.argsort(all_ids, kind="stable")
-
-    def merged() -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
-        for term, parts in by_term.items():
-            pids = np.concatenate([p[0] for p in parts])
-            tfs = np.concatenate([p[1] for p in parts])
-            how = np.argsort(pids, kind="stable")
-            yield term, pids[how], tfs[how]
-
-    _insert_segment(conn, all_ids[order], np.concatenate(lens)[order], merged())
+    if len(all_ids) and pids:
+        order = np.argsort(all_ids, kind="stable")
+        _insert_segment(conn, all_ids[order], np.concatenate(lens)[order], list(names),
+                        np.concatenate(codes), np.concatenate(pids).astype(np.int64),
+                        np.concatenate(ptfs))
 
 
 def _dead(conn: sqlite3.Connection, where: str = "1", params: Sequence = ()) -> dict:
@@ -187,25 +197,32 @@ def _dead(conn: sqlite3.Connection, where: str = "1", params: Sequence = ()) -> 
     return {seg: np.array(rowids, ID) for seg, rowids in out.items()}
 
 
-def _live(ids: np.ndarray, dead: np.ndarray | None) -> np.ndarray:
-    """A mask of the ids that are not dead in their segment."""
-    if dead is None:
-        return np.ones(len(ids), bool)
-    return ~np.isin(ids, dead)
+def _kept(ids: np.ndarray, *drops: np.ndarray | None) -> slice | np.ndarray:
+    """What of `ids` to keep: all but those in any of `drops` (a segment's dead rowids, the
+    queued ones); a whole slice when nothing is dropped (no copy)."""
+    drops = tuple(d for d in drops if d is not None and len(d))
+    if not drops:
+        return slice(None)
+    return ~np.isin(ids, np.concatenate(drops) if len(drops) > 1 else drops[0])
 
 
 # ---------------------------------------------------------------------------
-# reading: the collection's figures (cached per generation), then one query
+# reading: the segments' figures (cached per generation), the queue, then one query
 
 
 @dataclass(frozen=True)
 class _Figures:
-    """What every query needs besides its terms' postings: live chunk lengths by rowid, the
-    live chunk count and average length, and each segment's dead rowids."""
+    """What every query needs besides its terms' postings: the segments' live chunk lengths
+    by rowid (-1: none), their count and token total, and each segment's dead rowids."""
     lengths: np.ndarray
     chunks: int
-    average: float
+    tokens: float
     dead: dict
+
+    def length(self, rowids: np.ndarray) -> np.ndarray:
+        inside = rowids[rowids < len(self.lengths)]
+        found = self.lengths[inside]
+        return found[found >= 0]
 
 
 _figures_cache: dict[tuple[str, str], _Figures] = {}
@@ -221,16 +238,14 @@ def _figures(conn: sqlite3.Connection, generation: str) -> _Figures:
     dead = _dead(conn)
     ids, lens = [], []
     for seg, blob, lblob in conn.execute("SELECT seg, ids, lens FROM bm25_segments"):
-        live = _live(np.frombuffer(blob, ID), dead.get(seg))
-        ids.append(np.frombuffer(blob, ID)[live])
-        lens.append(np.frombuffer(lblob, LEN)[live])
+        keep = _kept(np.frombuffer(blob, ID), dead.get(seg))
+        ids.append(np.frombuffer(blob, ID)[keep])
+        lens.append(np.frombuffer(lblob, LEN)[keep])
     all_ids = np.concatenate(ids) if ids else np.zeros(0, ID)
     all_lens = np.concatenate(lens).astype(np.float64) if lens else np.zeros(0)
-    lengths = np.zeros(int(all_ids.max()) + 1 if len(all_ids) else 0)
+    lengths = np.full(int(all_ids.max()) + 1 if len(all_ids) else 0, -1.0)
     lengths[all_ids] = all_lens
-    total = float(all_lens.sum())
-    figures = _Figures(lengths, len(all_ids), total / len(all_ids) if len(all_ids) else 0.0,
-                       dead)
+    figures = _Figures(lengths, len(all_ids), float(all_lens.sum()), dead)
     with _figures_lock:  # one KB at a time changes; older generations go
         for old in [k for k in _figures_cache if k[0] == path]:
             del _figures_cache[old]
@@ -279,34 +294,41 @@ class Scores(Mapping):
 def scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
            allowed: np.ndarray | None = None) -> Scores | None:
     """Every matching chunk's BM25 (only rowids in `allowed`, when given), or None when this
-    index cannot answer (not built, or chunks still queued): chunks_fts answers then.
+    index cannot answer (an index from before these tables, or more than OVERLAY_MAX chunks
+    queued, which only a writer stopped mid-flush leaves): chunks_fts answers then.
 
-    As bm25() would, with two bounds of ours: with PRUNE_MIN_CHUNKS chunks or more, tokens in
-    half the chunks or more are dropped (their idf is floored at 1e-6: they change no ranking
-    but touch nearly every chunk), unless nothing else is left; and at most MAX_QUERY_TOKENS
-    distinct tokens, the rarest, are scored (a pasted page stays bounded).
+    Queued chunks are scored from their stored tokens and their segment postings ignored, so
+    what a writer committed counts at once. As bm25() would, with two bounds of ours: with
+    PRUNE_MIN_CHUNKS chunks or more, tokens in half the chunks or more are dropped (their
+    idf is floored at 1e-6: they change no ranking but touch nearly every chunk), unless
+    nothing else is left; and at most MAX_QUERY_TOKENS distinct tokens, the rarest, count.
     """
     try:
-        if conn.execute("SELECT 1 FROM bm25_queue LIMIT 1").fetchone():
-            return None
+        queued = np.array([r[0] for r in conn.execute(
+            "SELECT id FROM bm25_queue LIMIT ?", (OVERLAY_MAX + 1,))], np.int64)
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (GENERATION_KEY,)).fetchone()
     except sqlite3.OperationalError:  # an index from before these tables, opened read-only
         return None
+    if len(queued) > OVERLAY_MAX:
+        return None
+    figures = _figures(conn, row[0] if row else "")
+    fresh = _queued_words(conn, queued)
+    chunks = figures.chunks - len(figures.length(queued)) + len(fresh)
+    tokens = figures.tokens - figures.length(queued).sum() + sum(map(len, fresh.values()))
     terms = list(dict.fromkeys(t for t in query_tokens if t))
-    if row is None or not terms:
+    if not terms or not chunks:
         return Scores.from_pairs([])
-    figures = _figures(conn, row[0])
-    postings = _postings(conn, _chosen(conn, terms, figures.chunks), figures.dead)
-    n, parts_ids, parts_scores = figures.chunks, [], []
-    for ids, tfs in postings.values():
-        df = len(ids)
-        idf = max(math.log((n - df + 0.5) / (df + 0.5)), MIN_IDF)
-        norm = K1 * (1 - B + B * figures.lengths[ids] / figures.average)
+    chosen = _chosen(conn, terms, chunks)
+    postings = _postings(conn, chosen, figures, queued, fresh)
+    parts_ids, parts_scores = [], []
+    for ids, tfs, lens in postings.values():
+        idf = max(math.log((chunks - len(ids) + 0.5) / (len(ids) + 0.5)), MIN_IDF)
+        norm = K1 * (1 - B + B * lens / (tokens / chunks))
         parts_ids.append(ids)
         parts_scores.append(idf * tfs * (K1 + 1) / (tfs + norm))
     if not parts_ids:
         return Scores.from_pairs([])
-    ids, values = np.concatenate(parts_ids).astype(np.int64), np.concatenate(parts_scores)
+    ids, values = np.concatenate(parts_ids), np.concatenate(parts_scores)
     if allowed is not None:
         keep = np.isin(ids, allowed)
         ids, values = ids[keep], values[keep]
@@ -316,6 +338,14 @@ def scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
         return Scores(unique, dense[unique])
     unique, where = np.unique(ids, return_inverse=True)
     return Scores(unique, np.bincount(where, weights=values, minlength=len(unique)))
+
+
+def _queued_words(conn: sqlite3.Connection, queued: np.ndarray) -> dict[int, list[str]]:
+    """rowid -> tokens of the queued chunks that exist (deleted ones are only queued)."""
+    if not len(queued):
+        return {}
+    return {rowid: text.split() for rowid, text in conn.execute(
+        "SELECT c.id, c.tokens FROM chunks c JOIN bm25_queue q ON q.id = c.id")}
 
 
 def _chosen(conn: sqlite3.Connection, terms: list[str], chunks: int) -> list[str]:
@@ -335,21 +365,30 @@ def _chosen(conn: sqlite3.Connection, terms: list[str], chunks: int) -> list[str
     return sorted(terms, key=docs.__getitem__)[:MAX_QUERY_TOKENS]
 
 
-def _postings(conn: sqlite3.Connection, terms: list[str],
-              dead: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """term -> (live rowids, their term counts as float), for the terms that occur."""
-    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+def _postings(conn: sqlite3.Connection, terms: list[str], figures: _Figures,
+              queued: np.ndarray, fresh: dict[int, list[str]]) -> dict[str, tuple]:
+    """term -> (rowids, term counts, chunk lengths) of the chunks holding it: the segments'
+    live postings but the queued chunks', then the queued chunks' own tokens."""
+    parts: dict[str, list[tuple]] = defaultdict(list)
     for start in range(0, len(terms), 500):
         part = terms[start:start + 500]
         for term, seg, blob, tblob in conn.execute(
                 "SELECT term, seg, ids, tfs FROM bm25_postings WHERE term IN"
                 f" ({','.join('?' * len(part))})", part):
             ids = np.frombuffer(blob, ID)
-            live = _live(ids, dead.get(seg))
-            parts[term].append((ids[live], np.frombuffer(tblob, TF)[live]))
+            keep = _kept(ids, figures.dead.get(seg), queued)
+            ids = ids[keep].astype(np.int64)
+            parts[term].append((ids, np.frombuffer(tblob, TF)[keep], figures.lengths[ids]))
+    wanted, queued_parts = set(terms), defaultdict(list)
+    for rowid, words in fresh.items():
+        for term, tf in Counter(w for w in words if w in wanted).items():
+            queued_parts[term].append((rowid, tf, len(words)))
+    for term, rows in queued_parts.items():
+        parts[term].append(tuple(np.array(column) for column in zip(*rows, strict=True)))
     out = {}
     for term, pieces in parts.items():
         ids = np.concatenate([p[0] for p in pieces])
         if len(ids):
-            out[term] = (ids, np.concatenate([p[1] for p in pieces]).astype(np.float64))
+            out[term] = (ids, np.concatenate([p[1] for p in pieces]).astype(np.float64),
+                         np.concatenate([p[2] for p in pieces]).astype(np.float64))
     return out

@@ -441,6 +441,23 @@ def _chunks_where(conn: sqlite3.Connection, column: str, values: Sequence) -> di
     return {row[column]: row for row in rows}
 
 
+# a word of each script whose segmenter loads on first use, and the token range that says an
+# index holds that script: Kiwi for Hangul syllables, jieba for Han (CJK ideographs, ext. A on)
+SEGMENTER_SCRIPTS = {"\uac00": ("\uac00", "\ud7a4"), "\u4e2d": ("\u3400", "\ua000")}
+
+
+def script_samples(conn: sqlite3.Connection) -> str:
+    """A word of each script this index has tokens in (a range read on bm25's terms), so
+    a warm-up search loads exactly the segmenters its queries will need; "" for an index
+    from before bm25.py's tables."""
+    try:
+        return " ".join(word for word, (low, high) in SEGMENTER_SCRIPTS.items()
+                        if conn.execute("SELECT 1 FROM bm25_postings WHERE term >= ? AND"
+                                        " term < ? LIMIT 1", (low, high)).fetchone())
+    except sqlite3.OperationalError:
+        return ""
+
+
 def chunks_by_id(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, sqlite3.Row]:
     """The chunks with these ids that SQLite holds (others are simply absent)."""
     return _chunks_where(conn, "chunk_id", chunk_ids)

@@ -28,6 +28,13 @@ def ocr_cache(tmp_path_factory):
         os.environ["LINECITE_OCR_CACHE"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_warm_up():
+    """Spawned servers skip their warm-up search (tests/test_server.py tests it): a hundred
+    servers loading models nobody asks for would only load CI's two cores."""
+    os.environ.setdefault("LINECITE_WARM_UP", "0")
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared, skipping the calling test when that material is absent."""
     path = SHARED.joinpath(*parts)

@@ -56,11 +56,14 @@ def beir_texts():
     return docs, queries
 
 
+@pytest.mark.parametrize("flush_min", [1, bm25.FLUSH_MIN])
 def test_scores_equal_fts5_through_adds_changes_deletes_retokens_and_merges(
-        tmp_path, monkeypatch, beir_texts):
-    # small tiers, so a few hundred chunks go through many merges with dead postings in them
+        tmp_path, monkeypatch, beir_texts, flush_min):
+    # small tiers, so a few hundred chunks go through many merges with dead postings in them;
+    # with the real FLUSH_MIN some chunks also wait in the queue, read from their tokens
     monkeypatch.setattr(bm25, "FANOUT", 2)
     monkeypatch.setattr(bm25, "FLUSH_BATCH", 7)
+    monkeypatch.setattr(bm25, "FLUSH_MIN", flush_min)
     docs, queries = beir_texts
     conn = fulltext.connect(tmp_path / fulltext.FILENAME)
     for name, text in docs:
@@ -72,8 +75,9 @@ def test_scores_equal_fts5_through_adds_changes_deletes_retokens_and_merges(
         fulltext.delete_source(conn, name)
     rowids = [r[0] for r in conn.execute("SELECT id FROM chunks ORDER BY id LIMIT 20")]
     fulltext.replace_tokens(conn, {rowid: "retokenized unusualword" for rowid in rowids})
-    assert conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0] == 0
-    assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] < len(docs)
+    queued = conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0]
+    assert queued < flush_min and (queued > 0) == (flush_min > 1)
+    assert 1 < conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] < len(docs)
     assert assert_same_as_fts5(conn, queries + ["unusualword retokenized"]) > 100
     live = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
     assert len(bm25.scores(conn, ["unusualword"])) == len(rowids) + sum(
@@ -83,19 +87,31 @@ def test_scores_equal_fts5_through_adds_changes_deletes_retokens_and_merges(
     assert fulltext.fts_totals(reader)[0] == live
 
 
-def test_a_write_that_was_not_flushed_is_still_found_through_fts5(tmp_path):
-    # a writer that committed chunks without bm25.flush (a crash, an older linecite writing)
-    # must not hide them: the queue is not empty, so FTS5 answers until the next flush
+def test_chunks_a_writer_left_queued_count_at_once_and_too_many_fall_back_to_fts5(
+        tmp_path, monkeypatch):
+    # a writer that committed chunks without a flush (fewer than FLUSH_MIN, a crash, an older
+    # linecite writing) must not hide them: queued chunks are scored from their tokens, and
+    # past OVERLAY_MAX of them FTS5 answers until the next flush
     conn = fulltext.connect(tmp_path / fulltext.FILENAME)
     add(conn, "a.txt", "harbour cranes were inspected")
+    bm25.flush(conn, force=True)
+    conn.commit()
     with conn:
         conn.execute("INSERT INTO chunks (chunk_id, source_id, page, line_start, line_end,"
                      " text, tokens) VALUES ('x', 1, 1, 2, 2, 'late', 'late harbour')")
+        conn.execute("INSERT INTO chunks_fts(chunks_fts, rowid, tokens) SELECT 'delete', id,"
+                     " tokens FROM chunks WHERE chunk_id != 'x'")  # as save_contexts does
+        conn.execute("UPDATE chunks SET tokens = 'harbour harbour' WHERE chunk_id != 'x'")
+        conn.execute("INSERT INTO chunks_fts(rowid, tokens) SELECT id, tokens FROM chunks"
+                     " WHERE chunk_id != 'x'")
+    assert conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0] == 2
+    assert assert_same_as_fts5(conn, ["late harbour", "cranes"]) == 2  # "cranes" is gone
+    monkeypatch.setattr(bm25, "OVERLAY_MAX", 1)
     assert bm25.scores(conn, ["harbour"]) is None
-    assert len(fulltext.bm25_all(conn, ["late"])) == 1
-    add(conn, "b.txt", "another file")  # any writer's flush catches up
-    assert len(bm25.scores(conn, ["late"])) == 1
-    assert assert_same_as_fts5(conn, ["late harbour", "another"]) == 3
+    assert len(fulltext.bm25_all(conn, ["harbour"])) == 2
+    bm25.flush(conn, force=True)
+    conn.commit()
+    assert assert_same_as_fts5(conn, ["late harbour", "cranes"]) == 2
 
 
 def test_an_index_from_before_the_arrays_is_migrated_and_read_only_falls_back(
@@ -147,8 +163,7 @@ def test_flush_runs_inside_the_writers_transaction(tmp_path):
         with conn:
             conn.execute("INSERT INTO chunks (chunk_id, source_id, page, line_start, line_end,"
                          " text, tokens) VALUES ('y', 1, 1, 3, 3, 'second', 'second words')")
-            bm25.flush(conn)
+            bm25.flush(conn, force=True)
             conn.execute("INSERT INTO sources (id, name, state) VALUES (1, 'dup', 'x')")
     assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] == before
-    assert conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0] == 0
-    assert bm25.scores(conn, ["second"]) is not None and len(bm25.scores(conn, ["second"])) == 0
+    assert len(bm25.scores(conn, ["second"])) == 0

