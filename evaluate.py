@@ -190,14 +190,23 @@ def build_pdfs(name: str, cache: Path, embedding: dict | None = None) -> kbmod.K
 
 # ----------------------------------------------------------------------------- methods
 
-METHODS: dict[str, dict] = {  # name -> search() arguments
+METHODS: dict[str, dict] = {  # name -> search() arguments; "default" is set per KB (methods)
     "bm25": {"mode": "bm25"},
     "vector": {"mode": "vector"},
     "rrf": {"mode": "auto", "fusion": "rrf"},
-    f"default ({search.DEFAULT_FUSION})": {"mode": "auto"},
+    "default": {"mode": "auto"},
     **{f"{fusion} w={w / 10:.1f}": {"mode": "auto", "fusion": fusion, "vector_weight": w / 10}
        for fusion in ("convex", "minmax") for w in range(1, 6)},
 }
+
+
+def methods(kb: kbmod.KnowledgeBase) -> dict[str, dict]:
+    """METHODS, the default being what a search of this KB gets: its weight depends on its
+    embedder (search.default_weight)."""
+    settings = kbmod.search_settings(kb)
+    name = f"default ({settings['fusion']} {settings['vector_weight']})"
+    own = {**METHODS, "default": {"mode": "auto", **settings}}
+    return {(name if key == "default" else key): kwargs for key, kwargs in own.items()}
 
 
 # ----------------------------------------------------------------------------- measure
@@ -236,12 +245,13 @@ def recall(ranking: list[str], relevant: dict[str, int]) -> float:
 
 
 def evaluate(searcher: search.Searcher, queries: dict[str, str], qrels: Qrels,
-             key: Callable[[search.Hit], str] = source_key) -> dict[str, list[tuple[float, float]]]:
+             key: Callable[[search.Hit], str] = source_key,
+             methods: dict[str, dict] = METHODS) -> dict[str, list[tuple[float, float]]]:
     """Per method, (nDCG@10, recall@10) of every query, in qrels order."""
-    scores: dict[str, list[tuple[float, float]]] = {name: [] for name in METHODS}
+    scores: dict[str, list[tuple[float, float]]] = {name: [] for name in methods}
     start = time.perf_counter()
     for n, (qid, relevant) in enumerate(qrels.items(), 1):
-        for name, kwargs in METHODS.items():
+        for name, kwargs in methods.items():
             ranking = ranked(searcher, queries[qid], kwargs, key)
             scores[name].append((ndcg(ranking, relevant), recall(ranking, relevant)))
         if n % 100 == 0 or n == len(qrels):
@@ -255,14 +265,14 @@ def table(scores: dict[str, list[tuple[float, float]]]) -> str:
     base = scores["bm25"]
     base_ndcg = sum(s[0] for s in base) / len(base)
     base_recall = sum(s[1] for s in base) / len(base)
-    rows = [f"{'method':18} {'nDCG@10':>8} {'R@10':>7} {'nDCG/bm25':>10} {'R/bm25':>7} "
+    rows = [f"{'method':24} {'nDCG@10':>8} {'R@10':>7} {'nDCG/bm25':>10} {'R/bm25':>7} "
             f"{'worse':>6} {'better':>6}"]
     for name, per_query in scores.items():
         mean_ndcg = sum(s[0] for s in per_query) / len(per_query)
         mean_recall = sum(s[1] for s in per_query) / len(per_query)
         worse = sum(s[0] < b[0] - 1e-9 for s, b in zip(per_query, base, strict=True))
         better = sum(s[0] > b[0] + 1e-9 for s, b in zip(per_query, base, strict=True))
-        rows.append(f"{name:18} {mean_ndcg:8.3f} {mean_recall:7.3f} "
+        rows.append(f"{name:24} {mean_ndcg:8.3f} {mean_recall:7.3f} "
                     f"{mean_ndcg / base_ndcg:10.3f} {mean_recall / base_recall:7.3f} "
                     f"{worse:6d} {better:6d}")
     return "\n".join(rows)
@@ -301,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
     try:
         cached = CachedEmbeddings(store)
-        scores = evaluate(search.Searcher(conn, cached), queries, qrels, key)
+        scores = evaluate(search.Searcher(conn, cached), queries, qrels, key, methods(kb))
         counts = fulltext.counts(conn)
     finally:
         store.close()

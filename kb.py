@@ -189,9 +189,11 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
 
 def search_settings(kb: KnowledgeBase) -> dict:
     """The KB's fusion as keyword arguments of search.Searcher.search (already validated by
-    load); a field left out takes search.py's default."""
-    return {"fusion": kb.search.get("fusion", search.DEFAULT_FUSION),
-            "vector_weight": kb.search.get("vectorWeight")}
+    load); a field left out takes search.py's default, the weight the one for its embedder."""
+    fusion = kb.search.get("fusion", search.DEFAULT_FUSION)
+    weight = kb.search.get("vectorWeight",
+                           search.default_weight(fusion, kb.embedding.get("provider")))
+    return {"fusion": fusion, "vector_weight": weight}
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold

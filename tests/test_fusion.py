@@ -131,11 +131,27 @@ def test_a_search_block_that_is_not_an_object_is_refused(tmp_path: Path) -> None
 def test_search_settings_default_to_search_py_and_take_the_kb_block(tmp_path: Path) -> None:
     kbmod.open_or_create(tmp_path, "docs")
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
-        "fusion": search.DEFAULT_FUSION, "vector_weight": None}
+        "fusion": search.DEFAULT_FUSION, "vector_weight": 0.3}
     write_config(tmp_path, {"search": {"fusion": "convex", "vectorWeight": 0}})
     kb = kbmod.load(tmp_path, "docs")
     assert kbmod.search_settings(kb) == {"fusion": "convex", "vector_weight": 0}
     assert kb.to_json()["search"] == {"fusion": "convex", "vectorWeight": 0}
+
+
+def test_the_default_weight_follows_the_embedder(tmp_path: Path) -> None:
+    # minmax gives any embedder but the weak built-in more say (issue 10); a KB's own
+    # vectorWeight still wins, and methods without a stronger default keep theirs
+    assert search.default_weight("minmax", "builtin") == 0.3
+    assert search.default_weight("minmax", "ollama") == 0.45
+    assert search.default_weight("rrf", "openai") == 0.5
+    openai = {"provider": "openai", "model": "m", "baseUrl": "http://127.0.0.1:9"}
+    write_config(tmp_path, {"embedding": openai})
+    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
+        "fusion": "minmax", "vector_weight": 0.45}
+    write_config(tmp_path, {"embedding": openai, "search": {"vectorWeight": 0.2}})
+    assert kbmod.search_settings(kbmod.load(tmp_path, "docs"))["vector_weight"] == 0.2
+    write_config(tmp_path, {"embedding": openai, "search": {"fusion": "convex"}})
+    assert kbmod.search_settings(kbmod.load(tmp_path, "docs"))["vector_weight"] == 0.3
 
 
 # --- a real KB: the setting reaches the ranking ----------------------------------------------
@@ -219,3 +235,9 @@ def test_the_kb_search_block_decides_the_fusion_of_a_real_search(tmp_path: Path,
                                                                         "c.txt"]
     assert ranking(base, {"fusion": "convex", "vectorWeight": 1.0}) == ["b.txt", "c.txt",
                                                                         "a.txt"]
+    # no block: minmax at the weight for a non-builtin embedder, 0.45, where 0.3 would keep
+    # BM25's order (rescaled cosines: b 1, a 0; b's BM25 is 0.18-0.57 of a's, so a leads at
+    # 0.3 and b at 0.45)
+    assert ranking(base, {"fusion": "minmax", "vectorWeight": 0.3})[0] == "a.txt"
+    assert ranking(base, None) == ranking(base, {"fusion": "minmax", "vectorWeight": 0.45}) \
+        == ["b.txt", "a.txt", "c.txt"]
