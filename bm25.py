@@ -281,6 +281,8 @@ class Scores(Mapping):
 
     def top(self, n: int) -> list[tuple[int, float]]:
         """The n best (rowid, score), best first; ties by rowid, as FTS5 returns them."""
+        if n <= 0:
+            return []
         if n < len(self.values):
             keep = np.argpartition(-self.values, n - 1)[:n]
             cut = self.values[keep].min()  # keep every tie at the cut, then order

@@ -447,15 +447,18 @@ SEGMENTER_SCRIPTS = {"\uac00": ("\uac00", "\ud7a4"), "\u4e2d": ("\u3400", "\ua00
 
 
 def script_samples(conn: sqlite3.Connection) -> str:
-    """A word of each script this index has tokens in (a range read on bm25's terms), so
-    a warm-up search loads exactly the segmenters its queries will need; "" for an index
-    from before bm25.py's tables."""
-    try:
-        return " ".join(word for word, (low, high) in SEGMENTER_SCRIPTS.items()
-                        if conn.execute("SELECT 1 FROM bm25_postings WHERE term >= ? AND"
-                                        " term < ? LIMIT 1", (low, high)).fetchone())
-    except sqlite3.OperationalError:
-        return ""
+    """A word of each script this index has tokens in (a range read on chunks_fts's terms),
+    so a warm-up search loads exactly the segmenters its queries will need."""
+    _vocabulary(conn)
+    return " ".join(word for word, (low, high) in SEGMENTER_SCRIPTS.items()
+                    if conn.execute("SELECT 1 FROM temp.chunks_vocab WHERE term >= ? AND"
+                                    " term < ? LIMIT 1", (low, high)).fetchone())
+
+
+def _vocabulary(conn: sqlite3.Connection) -> None:
+    """temp.chunks_vocab: chunks_fts's terms with their chunk counts (temp: fine read-only)."""
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab"
+                 " USING fts5vocab(main, 'chunks_fts', 'row')")
 
 
 def chunks_by_id(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, sqlite3.Row]:
@@ -509,8 +512,7 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
     total = fts_totals(conn)[0]
     if not tokens or (total < BM25_PRUNE_MIN_CHUNKS and len(tokens) <= MAX_QUERY_TOKENS):
         return quote_fts(tokens)
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab"
-                 " USING fts5vocab(main, 'chunks_fts', 'row')")  # temp: fine read-only
+    _vocabulary(conn)
     docs = dict.fromkeys(tokens, 0)
     for start in range(0, len(tokens), 500):  # SQLite's bound-parameter limit
         part = tokens[start:start + 500]
