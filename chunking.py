@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import PurePosixPath
@@ -31,6 +32,11 @@ NOISE_SHARE = 0.3  # a running header/footer is at the edge of at least this sha
 NOISE_MIN_PAGES = 3  # ...and of at least this many pages
 NOISE_MAX_CHARS = 300  # a longer line is body, never a header (and is not scanned for one)
 BODILESS_SHARE = 0.5  # when more pages than this share are all noise, their noise is content
+HEADINGS = True  # chunks carry their nearest heading in their context (issue 10: measured)
+HEADING_MAX_CHARS = 120  # a longer line is never a heading
+HEADING_MAX_WORDS = 12  # ... nor a line of more words (space-separated)
+PLAIN_HEADING_WIDTH = 60  # an unnumbered, unmarked heading is at most this wide (CJK count 2)...
+BODY_MIN_WIDTH = 60  # ... and the next line, its body, at least this wide and twice as wide
 # ---------------------------------------------------------------------------
 
 
@@ -121,6 +127,98 @@ def _is_overlap(current: list[int], groups: list[list[int]]) -> bool:
     return bool(groups) and current == groups[-1][-len(current):]
 
 
+# ---------------------------------------------------------------------------
+# headings: a chunk is searched and embedded with the nearest one above it (never in its text)
+
+_MARKDOWN = re.compile(r"#{1,6}\s+(.+?)[\s#]*")
+_KEYWORD_SECTION = re.compile(  # may stand alone: "Item 7." "ARTICLE IV" "제3조(목적)" "第三章"
+    r"(?:item|part|section|chapter|article|appendix|schedule|note)\s+"
+    r"(?:\d{1,3}[a-z]?|[ivxlc]{1,7})(?:[.:]|\s+[-–—]|$)"
+    r"|제\s*\d{1,4}\s*[조장절관편](?:\s*\([^)]{1,30}\))?"
+    r"|第[\d一二三四五六七八九十百零〇]{1,6}[章节節条條篇编編]", re.IGNORECASE)
+_NUMBERED = re.compile(  # needs a title after it: "1.2 Scope" "IV. Results" "Ⅲ. 결론" "一、" "가."
+    r"(?:\d{1,2}(?:\.\d{1,2}){0,3}\.?|[ivx]{1,5}\.|[Ⅰ-Ⅻ]{1,3}\.?|[가-하]\.)(?=\s)"
+    r"|[一二三四五六七八九十]{1,3}[、．]|[（(][一二三四五六七八九十]{1,3}[)）]", re.IGNORECASE)
+_CLOSING = tuple(".,;:!?。，；：！？、…\"'”’」』") + ("다", "함", "됨", "음")  # sentence ends
+_DANGLING = {"a", "an", "and", "as", "at", "by", "for", "from", "in", "is", "of", "on", "or",
+             "that", "the", "to", "which", "with"}  # a wrapped line's last word, no title's
+
+
+def _width(text: str) -> int:
+    """Columns a line takes: CJK characters count two, as a reader sees them."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _titled(text: str) -> bool:
+    """Reads as a title: few words, a capital or uncased (CJK) letter first, and no sentence
+    punctuation or figure at its end (so no sentence, table row or contents line)."""
+    words = text.split()
+    last = next((c for c in reversed(text) if c.isalnum()), "0")
+    return (bool(text) and text[0].isalpha() and not text[0].islower()
+            and len(words) <= HEADING_MAX_WORDS and words[-1].lower() not in _DANGLING
+            and not text.endswith(_CLOSING) and not last.isdigit()
+            and "|" not in text and "\t" not in text)  # no table row
+
+
+def _is_body(line: str, heading_width: int) -> bool:
+    """A line of running text: wide (and twice the heading's width), mostly letters."""
+    width = _width(line)
+    letters = sum(c.isalpha() for c in line)
+    return width >= max(BODY_MIN_WIDTH, 2 * heading_width) and 2 * letters >= len(line)
+
+
+def heading_text(line: str, before: str = "", after: str = "") -> str:
+    """The heading `line` is, or "" when it is none. Extractors give lines only, so this reads
+    the line itself: a markdown '#', a numbered section with a short title ("1.2 Scope",
+    "Item 7.", "ARTICLE IV", "제3조(목적)", "第三章", "一、总则"), a short ALL-CAPS title, or a
+    short title with running text under it (`after`, the next non-empty line) that does not
+    carry on the running text above it (`before`: a wrapped line of a narrow column is no
+    heading). Conservative: a wrong heading is searched with every chunk below it."""
+    text = line.strip()
+    if not 2 <= len(text) <= HEADING_MAX_CHARS:
+        return ""
+    if match := _MARKDOWN.fullmatch(text):
+        title = match.group(1)
+        number = _NUMBERED.match(title)
+        return title if _titled(title[number.end():].strip() if number else title) else ""
+    if match := _KEYWORD_SECTION.match(text):
+        rest = text[match.end():].strip()
+        return text if not rest or _titled(rest) else ""
+    if match := _NUMBERED.match(text):
+        title = text[match.end():].strip()
+        return text if _titled(title) and _width(title) <= PLAIN_HEADING_WIDTH else ""
+    if not _titled(text):
+        return ""
+    letters = [c for c in text if c.isalpha()]
+    if len(letters) >= 4 and all(c.isupper() for c in letters):  # "RISK FACTORS"
+        return text
+    width = _width(text)
+    runs_on = _is_body(before.strip(), 0) and not before.rstrip().endswith(_CLOSING)
+    fits = width <= PLAIN_HEADING_WIDTH and _is_body(after.strip(), width)
+    return text if fits and not runs_on else ""
+
+
+def nearest_headings(lines: Sequence[str], noise: set[int], carried: str = "") -> list[str]:
+    """Per line, the heading a chunk starting there is searched with: the nearest heading above
+    it on the page, else `carried` (the last of the earlier pages); "" when the line is itself
+    a heading. One more entry, past the last line, is what the next page carries. Noise lines
+    (a running header in capitals) are no headings; a spreadsheet page has none."""
+    if not HEADINGS or (lines and lines[0].startswith(SHEET_MARKERS)):
+        return [""] * (len(lines) + 1)
+    filled = [i for i, line in enumerate(lines) if line.strip() and i + 1 not in noise]
+    found: dict[int, str] = {}  # 0-based line index -> its heading
+    for k, i in enumerate(filled):
+        before = lines[filled[k - 1]] if k else ""
+        after = lines[filled[k + 1]] if k + 1 < len(filled) else ""
+        if heading := heading_text(lines[i], before, after):
+            found[i] = heading
+    nearest = []
+    for i in range(len(lines)):
+        nearest.append("" if i in found else carried)
+        carried = found.get(i, carried)
+    return [*nearest, carried]
+
+
 SHEET_MARKERS = ("[sheet] ", "[hidden sheet] ")  # extract.py's first line of a spreadsheet page
 
 
@@ -138,10 +236,14 @@ def page_context(lines: Sequence[str]) -> tuple[str, int]:
 
 
 def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
-               tokenize: Callable[[str], list[str]]) -> list[Chunk]:
-    """Every chunk of one page, in line order."""
+               tokenize: Callable[[str], list[str]],
+               headings: Sequence[str] | None = None) -> list[Chunk]:
+    """Every chunk of one page, in line order. `headings` is nearest_headings() of the page
+    (by default, of this page alone): a chunk's context is its sheet header, else its heading."""
     chunks: list[Chunk] = []
     context, context_end = page_context(lines)
+    if headings is None:
+        headings = nearest_headings(lines, noise)
     for run in _runs(lines, noise):
         for group in _line_groups(run, lines):
             keep = len(group)
@@ -153,7 +255,7 @@ def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
                 texts = _split_long_line(lines[first - 1])
             else:
                 texts = ["\n".join(lines[first - 1:last])]
-            extra = context if first > context_end else ""
+            extra = (context if first > context_end else "") or headings[first - 1]
             for text in texts:
                 if text.strip():
                     searchable = f"{extra}\n{text}" if extra else text
@@ -176,9 +278,15 @@ def _dedupe(chunks: list[Chunk]) -> list[Chunk]:
 
 def chunk_pages(source: str, pages: Sequence[Sequence[str]], noise: Sequence[set[int]],
                 tokenize: Callable[[str], list[str]]) -> list[Chunk]:
-    """Every chunk of a document, pages in order (page numbers are 1-based)."""
-    return [chunk for number, (lines, page_noise) in enumerate(zip(pages, noise, strict=True), 1)
-            for chunk in chunk_page(source, number, lines, page_noise, tokenize)]
+    """Every chunk of a document, pages in order (page numbers are 1-based); a page's first
+    chunks carry the last heading of the pages before."""
+    chunks: list[Chunk] = []
+    carried = ""
+    for number, (lines, page_noise) in enumerate(zip(pages, noise, strict=True), 1):
+        headings = nearest_headings(lines, page_noise, carried)
+        chunks += chunk_page(source, number, lines, page_noise, tokenize, headings)
+        carried = headings[-1]
+    return chunks
 
 
 # ---------------------------------------------------------------------------
