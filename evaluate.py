@@ -11,8 +11,10 @@ document becomes one source named by its `_id`, with one page whose lines are it
 its text split on "\n", chunked and tokenized exactly as ingest.py does and embedded with
 the built-in USE embedder. A later run reuses that KB; a changed corpus, chunking.py or
 segment.py triggers a pass that re-embeds only the chunks whose text changed. FinanceBench
-is indexed from its PDFs by ingest.py's own pipeline, and ranked by evidence page
-(`<document>#<0-based page>`) rather than by document.
+is indexed from its PDFs by ingest.py's own pipeline (every file again, with --force, when
+chunking.py or segment.py changed; still only changed chunks are re-embedded), and ranked by
+evidence page (`<document>#<0-based page>`) rather than by document. --methods runs only some
+methods (bm25 always), for a quicker off/on comparison.
 
 Every query of the split goes through search.Searcher in each method of METHODS; a hit list
 becomes a document ranking (each source at its first hit). Prints nDCG@10 and recall@10 per
@@ -121,9 +123,10 @@ def doc_pages(doc: dict) -> list[list[str]]:
     return [([title] if title else []) + doc["text"].split("\n")]
 
 
-def fingerprint(corpus: Path) -> str:
-    """Changes when the corpus or the code that decides chunk texts and tokens changes."""
-    digest = hashlib.sha256(corpus.read_bytes())
+def fingerprint(corpus: Path | None) -> str:
+    """Changes when the corpus (if given) or the code that decides chunk texts and tokens
+    changes."""
+    digest = hashlib.sha256(corpus.read_bytes() if corpus else b"")
     for module in (chunking, segment):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()
@@ -182,9 +185,16 @@ def build_pdfs(name: str, cache: Path, embedding: dict | None = None) -> kbmod.K
     """The set's KB through the real pipeline (extract, OCR, chunk, embed); a later run only
     re-indexes what changed, as `ingest.py` does for users."""
     kb = eval_kb(name, cache, embedding)
-    print(f"{name}: indexing {PDF_SETS[name] / 'pdfs'} into {kb.folder}", file=sys.stderr)
-    summary = ingest.ingest(kb, [PDF_SETS[name] / "pdfs"], progress=True)
+    marker = kb.folder / "evaluate-build.json"
+    want = fingerprint(None)  # ingest skips unchanged files: another chunker must force it
+    built = json.loads(marker.read_text(encoding="utf-8")) if marker.exists() else {}
+    stale = built.get("fingerprint") != want
+    print(f"{name}: indexing {PDF_SETS[name] / 'pdfs'} into {kb.folder}"
+          f"{' (new chunker: every file again)' if stale else ''}", file=sys.stderr)
+    summary = ingest.ingest(kb, [PDF_SETS[name] / "pdfs"], force=stale, progress=True)
     print(f"{name}: {summary.indexed} indexed, {summary.unchanged} unchanged", file=sys.stderr)
+    if not summary.failed:
+        marker.write_text(json.dumps({"fingerprint": want}) + "\n", encoding="utf-8")
     return kb
 
 
@@ -200,13 +210,14 @@ METHODS: dict[str, dict] = {  # name -> search() arguments; "default" is set per
 }
 
 
-def methods(kb: kbmod.KnowledgeBase) -> dict[str, dict]:
-    """METHODS, the default being what a search of this KB gets: its weight depends on its
-    embedder (search.default_weight)."""
+def methods(kb: kbmod.KnowledgeBase, only: list[str] | None = None) -> dict[str, dict]:
+    """METHODS (or the `only` ones; BM25 always, as the baseline), the default being what a
+    search of this KB gets: its weight depends on its embedder (search.default_weight)."""
     settings = kbmod.search_settings(kb)
     name = f"default ({settings['fusion']} {settings['vector_weight']})"
     own = {**METHODS, "default": {"mode": "auto", **settings}}
-    return {(name if key == "default" else key): kwargs for key, kwargs in own.items()}
+    return {(name if key == "default" else key): kwargs for key, kwargs in own.items()
+            if only is None or key in ("bm25", *only)}
 
 
 # ----------------------------------------------------------------------------- measure
@@ -292,7 +303,12 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: the built-in embedder)")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                         help="folder for the built KBs (default: %(default)s)")
+    parser.add_argument("--methods", type=lambda text: text.split(","), default=None,
+                        help="only these methods, comma-separated (e.g. default,vector; "
+                             "bm25 always runs); default: all of them")
     args = parser.parse_args(argv)
+    if args.methods and set(args.methods) - set(METHODS):
+        parser.error(f"unknown method in --methods; choose from {', '.join(METHODS)}")
     pdf_set = args.set in PDF_SETS
     folder = PDF_SETS[args.set] if pdf_set else SETS[args.set][0]
     if not folder.is_dir():
@@ -311,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
     try:
         cached = CachedEmbeddings(store)
-        scores = evaluate(search.Searcher(conn, cached), queries, qrels, key, methods(kb))
+        scores = evaluate(search.Searcher(conn, cached), queries, qrels, key,
+                          methods(kb, args.methods))
         counts = fulltext.counts(conn)
     finally:
         store.close()
