@@ -581,8 +581,9 @@ def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
                                                                                        needle)
     if match == "":
         return []  # no trigram starts with it: no line holds it
-    if match is not None:
-        where = "l.id IN (SELECT rowid FROM lines_fts WHERE lines_fts MATCH ?)"
+    if match is not None:  # without a source, only the first `limit` matches are needed
+        cap = "" if source is not None else f" LIMIT {int(limit)}"
+        where = f"l.id IN (SELECT rowid FROM lines_fts WHERE lines_fts MATCH ?{cap})"
         params: list = [match]
     else:  # common (a scan meets `limit` lines soon), or an index from before _m006
         where = "instr(lower(l.text), lower(?)) > 0"
