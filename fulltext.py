@@ -449,16 +449,18 @@ SEGMENTER_SCRIPTS = {"\uac00": ("\uac00", "\ud7a4"), "\u4e2d": ("\u3400", "\ua00
 def script_samples(conn: sqlite3.Connection) -> str:
     """A word of each script this index has tokens in (a range read on chunks_fts's terms),
     so a warm-up search loads exactly the segmenters its queries will need."""
-    _vocabulary(conn)
+    vocab = _vocabulary(conn, "chunks")
     return " ".join(word for word, (low, high) in SEGMENTER_SCRIPTS.items()
-                    if conn.execute("SELECT 1 FROM temp.chunks_vocab WHERE term >= ? AND"
+                    if conn.execute(f"SELECT 1 FROM {vocab} WHERE term >= ? AND"
                                     " term < ? LIMIT 1", (low, high)).fetchone())
 
 
-def _vocabulary(conn: sqlite3.Connection) -> None:
-    """temp.chunks_vocab: chunks_fts's terms with their chunk counts (temp: fine read-only)."""
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_vocab"
-                 " USING fts5vocab(main, 'chunks_fts', 'row')")
+def _vocabulary(conn: sqlite3.Connection, table: str) -> str:
+    """temp.<table>_vocab, the terms of <table>_fts with their row counts, made on first use
+    (temp: fine on a read-only connection); returns its name."""
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_vocab"
+                 f" USING fts5vocab(main, '{table}_fts', 'row')")
+    return f"temp.{table}_vocab"
 
 
 def chunks_by_id(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, sqlite3.Row]:
@@ -512,7 +514,7 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
     total = fts_totals(conn)[0]
     if not tokens or (total < BM25_PRUNE_MIN_CHUNKS and len(tokens) <= MAX_QUERY_TOKENS):
         return quote_fts(tokens)
-    _vocabulary(conn)
+    _vocabulary(conn, "chunks")
     docs = dict.fromkeys(tokens, 0)
     for start in range(0, len(tokens), 500):  # SQLite's bound-parameter limit
         part = tokens[start:start + 500]
@@ -608,11 +610,10 @@ def _short_match(conn: sqlite3.Connection, needle: str) -> str | None:
     so a scan finds its lines at once) or the index predates LINE_END."""
     if "grams" not in _columns(conn, "lines"):
         return None
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.lines_vocab"
-                 " USING fts5vocab(main, 'lines_fts', 'row')")  # temp: fine read-only
+    vocab = _vocabulary(conn, "lines")
     low = needle.lower()
     terms = [row[0] for row in conn.execute(
-        "SELECT term FROM temp.lines_vocab WHERE term >= ? AND term < ? LIMIT ?",
+        f"SELECT term FROM {vocab} WHERE term >= ? AND term < ? LIMIT ?",
         (low, low + "\U0010ffff", EXACT_PREFIX_TERMS + 1))]
     return None if len(terms) > EXACT_PREFIX_TERMS else quote_fts(terms)
 

@@ -10,6 +10,7 @@ import bm25
 import chunking
 import fulltext
 import fulltext_schema
+import limits
 import segment
 
 
@@ -167,3 +168,21 @@ def test_flush_runs_inside_the_writers_transaction(tmp_path):
             conn.execute("INSERT INTO sources (id, name, state) VALUES (1, 'dup', 'x')")
     assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] == before
     assert len(bm25.scores(conn, ["second"])) == 0
+
+
+def test_a_whole_document_as_a_query_is_scored_on_its_rarest_tokens_only(tmp_path, beir_texts):
+    # a confused agent pastes a page: at most MAX_QUERY_TOKENS distinct tokens are scored, the
+    # rarest ones, so the work stays bounded however long the query is
+    docs, _ = beir_texts
+    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
+    for name, text in docs:
+        add(conn, name, text)
+    bm25.flush(conn, force=True)
+    conn.commit()
+    page = segment.tokens(" ".join(text for _, text in docs))
+    distinct = list(dict.fromkeys(page))
+    assert len(distinct) > 20 * limits.MAX_QUERY_TOKENS
+    docs_of = dict(conn.execute("SELECT term, sum(length(ids)) / 4 FROM bm25_postings"
+                                " GROUP BY term").fetchall())
+    rarest = sorted(distinct, key=lambda t: docs_of.get(t, 0))[:limits.MAX_QUERY_TOKENS]
+    assert dict(bm25.scores(conn, page)) == dict(bm25.scores(conn, rarest))
