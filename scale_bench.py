@@ -99,11 +99,13 @@ def needles(query: str, index: int) -> tuple[str, str]:
 
 
 def fingerprint() -> str:
-    """Changes when the code that decides the stored lines, chunks and tokens changes."""
+    """Changes when the code that decides the stored lines, chunks and tokens changes. How
+    they are indexed is not in it: a KB built by an older schema is migrated when opened, as
+    a user's is (a million chunks take hours to build, a migration minutes)."""
     import segment
 
     digest = hashlib.sha256(f"{FORMAT} {segment.signature()}".encode())
-    for name in ("chunking.py", "segment.py", "fulltext_schema.py", "bm25.py"):
+    for name in ("chunking.py", "segment.py"):
         digest.update((REPO / name).read_bytes())
     return digest.hexdigest()
 
@@ -145,21 +147,26 @@ class CachedTokens:
         return self.seen[text]
 
 
-def write_sqlite(conn, n: int) -> tuple[float, float]:
-    """Exactly n chunks into SQLite through fulltext.replace_source; (seconds chunking and
-    tokenizing, seconds writing)."""
+def write_sqlite(conn, n: int) -> tuple[int, float, float]:
+    """Exactly n chunks into SQLite through fulltext.replace_source, after those an
+    interrupted build wrote (documents go in a fixed order, so it resumes by name); (chunks
+    written now, seconds chunking and tokenizing, seconds writing)."""
     import chunking
     import evaluate
     import fulltext
 
     docs, tokenize = interleaved_docs(), CachedTokens()
+    done = {row[0] for row in conn.execute("SELECT name FROM sources")}
+    written = resumed = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
     made = prepare = write = 0.0
-    written, rounds = 0, 0
+    rounds = 0
     while written < n:
         rounds += 1
         for doc in docs:
-            start = time.perf_counter()
             name = f"r{rounds:03d}/{doc['_id']}"
+            if name in done:
+                continue
+            start = time.perf_counter()
             pages = evaluate.doc_pages(doc)
             chunks = chunking.chunk_pages(name, pages, chunking.noise_lines(pages), tokenize)
             chunks = chunks[:n - written]
@@ -173,12 +180,13 @@ def write_sqlite(conn, n: int) -> tuple[float, float]:
             if written >= n:
                 break
         print(f"scale: {written:,}/{n:,} chunks in SQLite", file=sys.stderr)
-    return prepare, write
+    return written - resumed, prepare, write
 
 
 def prepared_kb_folder(base: Path, n: int, want: str) -> tuple[Path, dict | None]:
-    """The KB folder and its build record when it matches (n, want); a stale benchmark KB is
-    deleted, a folder that is not one is refused (never delete what we did not build)."""
+    """The KB folder and its build record when it matches (n, want); an interrupted build of
+    the same is kept to resume, a stale benchmark KB is deleted, a folder that is not one is
+    refused (never delete what we did not build)."""
     from pidlock import PidLock
 
     folder = base / KB_ID
@@ -189,9 +197,8 @@ def prepared_kb_folder(base: Path, n: int, want: str) -> tuple[Path, dict | None
                          "for that run to finish, or pass another --base")
     if marker.exists():
         record = json.loads(marker.read_text(encoding="utf-8"))
-        if record.get("state") == "done" and record.get("n") == n and \
-                record.get("fingerprint") == want:
-            return folder, record
+        if record.get("n") == n and record.get("fingerprint") == want:
+            return folder, record if record.get("state") == "done" else None
         shutil.rmtree(folder)
     elif folder.exists():
         raise ValueError(f"{folder} exists and is not a scale benchmark KB (no {MARKER}); "
@@ -209,15 +216,16 @@ def build(base: Path, n: int) -> dict:
     want = fingerprint()
     folder, record = prepared_kb_folder(base, n, want)
     if record is not None:
-        return {**record, "reused": True, "build_s": 0.0}
+        return {**record, **migrated(folder), "reused": True, "build_s": 0.0}
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / MARKER).write_text(json.dumps({"state": "building"}), encoding="utf-8")
+    (folder / MARKER).write_text(json.dumps({"state": "building", "n": n, "fingerprint": want}),
+                                 encoding="utf-8")
     kb = kbmod.open_or_create(base, KB_ID)
     start = time.perf_counter()
     indexer = ingest.Indexer(kb)
     try:
         indexer.store.embedder = random_vectors_embedder()
-        prepare_s, sqlite_s = write_sqlite(indexer.conn, n)
+        written, prepare_s, sqlite_s = write_sqlite(indexer.conn, n)
         import segment
 
         fulltext.set_meta(indexer.conn, fulltext.SEGMENTER_KEY, segment.signature())
@@ -230,11 +238,22 @@ def build(base: Path, n: int) -> dict:
         indexer.close()
     build_s = time.perf_counter() - start
     record = {"state": "done", "n": n, "fingerprint": want, "counts": counts,
-              "build_s": round(build_s, 2), "prepare_chunks_per_s": round(n / prepare_s, 1),
-              "sqlite_chunks_per_s": round(n / sqlite_s, 1),
-              "chroma_chunks_per_s": round(embedded / chroma_s, 1)}
+              "build_s": round(build_s, 2), "resumed_at": n - written,
+              "prepare_chunks_per_s": round(written / max(prepare_s, 1e-9), 1),
+              "sqlite_chunks_per_s": round(written / max(sqlite_s, 1e-9), 1),
+              "chroma_chunks_per_s": round(embedded / max(chroma_s, 1e-9), 1)}
     (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return {**record, "reused": False}
+
+
+def migrated(folder: Path) -> dict:
+    """Open the KB's index writable once, which migrates one built by an older schema (the
+    server opens it read-only and never does); the seconds it took."""
+    import fulltext
+
+    start = time.perf_counter()
+    fulltext.connect(folder / fulltext.FILENAME).close()
+    return {"migrate_s": round(time.perf_counter() - start, 2)}
 
 
 def disk_bytes(base: Path) -> dict:
@@ -481,6 +500,8 @@ def run(n: int, base: Path | None, n_queries: int, busy: bool, as_json: bool,
         chunks = record["counts"]["chunks"]
         summary = {"n": n, "chunks": chunks, "base": str(base), "queries": len(queries),
                    "build_reused": record["reused"], "build_s": record["build_s"],
+                   "resumed_at": record.get("resumed_at", 0),
+                   "migrate_s": record.get("migrate_s", 0.0),
                    **{k: record[k] for k in ("prepare_chunks_per_s", "sqlite_chunks_per_s",
                                              "chroma_chunks_per_s")},
                    **disk, "bytes_per_chunk": round(sum(disk.values()) / max(chunks, 1)),

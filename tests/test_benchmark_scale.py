@@ -67,6 +67,39 @@ def test_scale_builds_measures_and_reuses_its_kb(tmp_path):
     assert second["first_answer_s"] is None  # no cold start asked for
 
 
+@pytest.mark.slow
+def test_an_interrupted_build_resumes_where_it_stopped(tmp_path):
+    """A million chunks take hours: a build stopped halfway keeps what it wrote and the next
+    run adds only the rest (no document twice), then embeds every chunk."""
+    import fulltext
+    import ingest
+    import kb as kbmod
+
+    shared_path("eval")
+    folder = tmp_path / scale_bench.KB_ID
+    folder.mkdir()
+    (folder / scale_bench.MARKER).write_text(json.dumps(
+        {"state": "building", "n": N, "fingerprint": scale_bench.fingerprint()}),
+        encoding="utf-8")
+    indexer = ingest.Indexer(kbmod.open_or_create(tmp_path, scale_bench.KB_ID))
+    try:
+        assert scale_bench.write_sqlite(indexer.conn, N // 3)[0] == N // 3
+        names = {r[0] for r in indexer.conn.execute("SELECT name FROM sources")}
+    finally:
+        indexer.close()
+
+    out = scale(tmp_path, "--queries", "3", "--cold", "")
+    assert not out["build_reused"] and out["resumed_at"] == N // 3
+    conn = fulltext.connect(folder / fulltext.FILENAME, readonly=True)
+    try:
+        counts = fulltext.counts(conn)
+        after = [r[0] for r in conn.execute("SELECT name FROM sources")]
+    finally:
+        conn.close()
+    assert (counts["chunks"], counts["embedded"]) == (N, N)
+    assert names < set(after) and len(after) == len(set(after))
+
+
 def test_a_folder_it_did_not_build_is_refused_not_deleted(tmp_path, capsys):
     """--base pointed at a real base folder whose KB happens to be called `scale`: the
     benchmark must not rebuild (delete) it."""
