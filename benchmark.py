@@ -8,7 +8,8 @@ Each section is a subcommand and a function; others add theirs (ingest, search) 
     python benchmark.py search --base BASE [--queries N]
     python benchmark.py formats [--dir CORPUS]
     python benchmark.py audio [--dir CORPUS/audio] [--threads N] [--busy]
-    python benchmark.py scale N [--base BASE] [--queries N] [--busy] [--json]  (scale_bench.py)
+    python benchmark.py scale N [--base BASE] [--queries N] [--busy] [--json] [--chroma-url URL]
+                                                                               (scale_bench.py)
 
 `extract` times extract.extract() (the pypdfium2 > pdfminer > pypdf chain) against plain
 pypdf over every PDF in DIR (default: the FinanceBench subset, 36 SEC filings) and prints
@@ -389,7 +390,8 @@ def bench_scale(args: argparse.Namespace) -> int:
     import scale_bench
 
     cold = [mode for mode in args.cold.split(",") if mode.strip()]
-    return scale_bench.run(args.n, args.base, args.queries, args.busy, args.json, cold)
+    return scale_bench.run(args.n, args.base, args.queries, args.busy, args.json, cold,
+                           args.chroma_url)
 
 
 # ----------------------------------------------------------------------------- main
@@ -432,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="modes timed from a new server.py to its first answer ('' for none)")
     sc.add_argument("--busy", action="store_true", help="measure again with one core spun")
     sc.add_argument("--json", action="store_true", help="print one JSON object last")
+    sc.add_argument("--chroma-url", default=None,
+                    help="vectors in this Chroma server (`chroma run --path BASE/scale/chroma`"
+                    " serves a built KB's), so the server's memory is linecite's own")
     sc.set_defaults(run=bench_scale)
     args = parser.parse_args(argv)
     return args.run(args)

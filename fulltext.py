@@ -7,7 +7,8 @@ every page (noise included), the chunks with their embedding state, and two inde
 - `chunks_fts`: FTS5 over segmented tokens (see segment.py); BM25 is scored from bm25.py's
   arrays of the same tokens, with FTS5's `bm25()` the fallback while those lag.
 - `lines_fts`: FTS5 trigram index over raw lines (each followed by LINE_END) for exact
-  substrings; a 1- or 2-character string is found through the trigrams that start with it.
+  substrings, without positions: a string is found through all its trigrams and checked in
+  the line; a 1- or 2-character one through the trigrams that start with it.
 - `meta`: facts about the whole index, such as the segmenter signature its tokens came from.
 
 SQLite is the truth and Chroma follows it (see ingest.py): a source's lines and chunks are
@@ -573,37 +574,47 @@ EXACT_PREFIX_TERMS = 256  # trigrams a 1-2 character needle may start before a s
 
 
 def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
-                 source: str | None = None, width: int = 2000) -> list[sqlite3.Row]:
+                 source: str | None = None, width: int = 2000) -> list[dict]:
     """Raw lines containing `needle` (case-insensitive), up to `limit` of them, in document
     order, each cut to its first `width` characters (`length` holds the whole line's). The
     first `limit` lines found in storage order are the ones returned: sorting every match by
     name first made a common needle read every line (2.5 s at 100,000 chunks, against 0.03 s
     when the search may stop at `limit`)."""
-    match = '"' + needle.replace('"', '""') + '"' if len(needle) >= 3 else _short_match(conn,
-                                                                                       needle)
+    folded = needle.lower()
+    match = _trigram_match(folded) if len(needle) >= 3 else _short_match(conn, folded)
     if match == "":
         return []  # no trigram starts with it: no line holds it
-    if match is not None:  # without a source, only the first `limit` matches are needed
-        cap = "" if source is not None else f" LIMIT {int(limit)}"
-        where = f"l.id IN (SELECT rowid FROM lines_fts WHERE lines_fts MATCH ?{cap})"
+    sql = "SELECT s.name AS source, l.page, l.line, l.text"
+    if match is not None:  # lines holding every trigram of it, read as the index finds them
+        sql += (" FROM lines_fts f JOIN lines l ON l.id = f.rowid JOIN sources s"
+                " ON s.id = l.source_id WHERE lines_fts MATCH ?")
         params: list = [match]
     else:  # common (a scan meets `limit` lines soon), or an index from before _m006
-        where = "instr(lower(l.text), lower(?)) > 0"
+        sql += (" FROM lines l JOIN sources s ON s.id = l.source_id"
+                " WHERE instr(lower(l.text), lower(?)) > 0")  # ASCII only: Python decides
         params = [needle]
-    sql = ("SELECT s.name AS source, l.page, l.line, substr(l.text, 1, ?) AS text,"
-           " length(l.text) AS length FROM lines l JOIN sources s ON s.id = l.source_id"
-           f" WHERE {where}")
-    params.insert(0, width)
     if source is not None:
         sql += " AND s.name = ?"
         params.append(source)
-    sql += " LIMIT ?"
-    params.append(limit)
-    rows = conn.execute(sql, params).fetchall()
+    rows = []
+    for row in conn.execute(sql, params):
+        text = row["text"]
+        if folded in text.lower():  # the trigrams may sit apart; the line decides
+            rows.append({"source": row["source"], "page": row["page"], "line": row["line"],
+                         "text": text[:width], "length": len(text)})
+            if len(rows) == limit:
+                break
     return sorted(rows, key=lambda row: (row["source"], row["page"], row["line"]))
 
 
-def _short_match(conn: sqlite3.Connection, needle: str) -> str | None:
+def _trigram_match(folded: str) -> str:
+    """An FTS5 query for the lines holding every trigram of a 3+ character string: a phrase
+    needs the positions lines_fts no longer keeps (_m007)."""
+    grams = dict.fromkeys(folded[i:i + 3].replace('"', '""') for i in range(len(folded) - 2))
+    return " AND ".join(f'"{gram}"' for gram in grams)
+
+
+def _short_match(conn: sqlite3.Connection, folded: str) -> str | None:
     """An FTS5 query for the lines holding a 1- or 2-character needle: the indexed trigrams
     that start with it, which are all of them since every line ends in LINE_END. "" when
     there are none; None when the needle starts more than EXACT_PREFIX_TERMS (it is common,
@@ -611,10 +622,9 @@ def _short_match(conn: sqlite3.Connection, needle: str) -> str | None:
     if "grams" not in _columns(conn, "lines"):
         return None
     vocab = _vocabulary(conn, "lines")
-    low = needle.lower()
     terms = [row[0] for row in conn.execute(
         f"SELECT term FROM {vocab} WHERE term >= ? AND term < ? LIMIT ?",
-        (low, low + "\U0010ffff", EXACT_PREFIX_TERMS + 1))]
+        (folded, folded + "\U0010ffff", EXACT_PREFIX_TERMS + 1))]
     return None if len(terms) > EXACT_PREFIX_TERMS else quote_fts(terms)
 
 

@@ -399,7 +399,7 @@ def first_answers(base: Path, queries: list[dict], modes: list[str]) -> dict[str
     from fastmcp import Client
     from fastmcp.client.transports import StdioTransport
 
-    drop = ("LINECITE_HOME", "LINECITE_CHROMA_URL", "LINECITE_TRANSPORT")
+    drop = ("LINECITE_HOME", "LINECITE_TRANSPORT")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     by_lang = {q["lang"]: q["text"] for q in reversed(queries)}
 
@@ -462,8 +462,10 @@ def flat(figures: dict) -> dict:
 
 
 def run(n: int, base: Path | None, n_queries: int, busy: bool, as_json: bool,
-        cold_modes: list[str]) -> int:
-    """Build (or reuse), measure, print the table (and the JSON object last)."""
+        cold_modes: list[str], chroma_url: str | None = None) -> int:
+    """Build (or reuse), measure, print the table (and the JSON object last). With
+    chroma_url every step (build, children, servers) keeps its vectors in that Chroma server;
+    without, embedded, whatever LINECITE_CHROMA_URL says."""
     if not MIN_CHUNKS <= n <= MAX_CHUNKS:
         return fail(f"N must be {MIN_CHUNKS}-{MAX_CHUNKS:,} chunks, got {n:,}")
     if not 1 <= n_queries <= MAX_QUERIES:
@@ -478,6 +480,10 @@ def run(n: int, base: Path | None, n_queries: int, busy: bool, as_json: bool,
         return fail(f"no eval set at {', '.join(missing)}: the scale benchmark reads the "
                     "team's ../shared/eval beside the repo; put it there first")
     base = base or Path(tempfile.gettempdir()) / f"linecite-scale-{n}"
+    if chroma_url:
+        os.environ["LINECITE_CHROMA_URL"] = chroma_url  # kb.py reads it; children inherit it
+    else:
+        os.environ.pop("LINECITE_CHROMA_URL", None)
     try:
         record = build(base, n)
     except ValueError as err:
@@ -495,10 +501,11 @@ def run(n: int, base: Path | None, n_queries: int, busy: bool, as_json: bool,
             spinner.wait()
     disk = disk_bytes(base)
     figures = {name: flat(f) for name, f in runs.items()}
-    print(table(n, base, record, disk, queries, figures))
+    print(table(n, base, record, disk, queries, figures, chroma_url))
     if as_json:
         chunks = record["counts"]["chunks"]
         summary = {"n": n, "chunks": chunks, "base": str(base), "queries": len(queries),
+                   "vectors": chroma_url or "embedded",
                    "build_reused": record["reused"], "build_s": record["build_s"],
                    "resumed_at": record.get("resumed_at", 0),
                    "migrate_s": record.get("migrate_s", 0.0),
@@ -520,13 +527,14 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 def table(n: int, base: Path, record: dict, disk: dict, queries: list[dict],
-          figures: dict[str, dict]) -> str:
+          figures: dict[str, dict], chroma_url: str | None) -> str:
     chunks = record["counts"]["chunks"]
     langs = {lang: sum(q["lang"] == lang for q in queries) for lang in SETS}
     built = (f"reused, built earlier in {_earlier(base)} s" if record["reused"]
              else f"built in {record['build_s']:,.0f} s")
-    lines = [f"scale: {chunks:,} chunks in {base / KB_ID} ({built}); stored vectors are random "
-             "unit vectors, query vectors real (built-in USE)",
+    where = f"in the Chroma server at {chroma_url}" if chroma_url else "embedded"
+    lines = [f"scale: {chunks:,} chunks in {base / KB_ID} ({built}); stored vectors ({where}) "
+             "are random unit vectors, query vectors real (built-in USE)",
              f"  {len(queries)} queries ({', '.join(f'{v} {k}' for k, v in langs.items())}), "
              f"top_k {TOP_K}, warm; memory read with {figures['idle']['memory_read_with']}",
              f"  write rates: chunk+tokenize {record['prepare_chunks_per_s']:,.0f}, SQLite "

@@ -7,6 +7,8 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -67,6 +69,20 @@ def stop_process(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def wait_for_heartbeat(url: str, proc: subprocess.Popen, log: Path, limit: float) -> float:
+    """Seconds until the server answers its heartbeat; fails if it dies or stays silent."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        if proc.poll() is not None:
+            pytest.fail(f"chroma run exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1):
+                return time.monotonic() - start
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"chroma run did not answer within {limit} s: {log.read_text()[-2000:]}")
 
 
 def text_pdf(pages: list[list[str]], font_size: int = 11, doc_class=None):

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, shared_path
+from conftest import clean_env, free_port, shared_path, stop_process, wait_for_heartbeat
 
 import scale_bench
 
@@ -98,6 +98,36 @@ def test_an_interrupted_build_resumes_where_it_stopped(tmp_path):
         conn.close()
     assert (counts["chunks"], counts["embedded"]) == (N, N)
     assert names < set(after) and len(after) == len(set(after))
+
+
+@pytest.mark.slow
+def test_with_a_chroma_url_the_vectors_come_from_that_server(tmp_path):
+    """At a million chunks the vectors outgrow the server's memory: `--chroma-url` measures a
+    KB whose vectors a real `chroma run` serves (here the built KB's own folder); a server
+    that is gone fails the run instead of quietly measuring the embedded store."""
+    shared_path("eval")
+    scale(tmp_path, "--queries", "3", "--cold", "")
+    cli = Path(sys.executable).parent / ("chroma.exe" if sys.platform == "win32" else "chroma")
+    port, log = free_port(), tmp_path / "chroma.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([str(cli), "run", "--path",
+                                 str(tmp_path / scale_bench.KB_ID / "chroma"), "--host",
+                                 "127.0.0.1", "--port", str(port)], stdout=sink,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_heartbeat(url, proc, log, limit=30)
+        out = scale(tmp_path, "--queries", "3", "--cold", "vector", "--chroma-url", url)
+    finally:
+        stop_process(proc)
+    assert out["vectors"] == url and out["build_reused"]
+    assert out["vector_p50_ms"] > 0 and out["first_answer_by_mode_lang_s"]["vector en"] > 0
+    done = subprocess.run([sys.executable, str(REPO / "benchmark.py"), "scale", str(N),
+                           "--base", str(tmp_path), "--queries", "3", "--cold", "",
+                           "--chroma-url", url], cwd=str(REPO), capture_output=True,
+                          text=True, encoding="utf-8", env=clean_env(), timeout=900,
+                          check=False)
+    assert done.returncode != 0 and "auto p50" not in done.stdout
 
 
 def test_a_folder_it_did_not_build_is_refused_not_deleted(tmp_path, capsys):

@@ -11,11 +11,10 @@ import random
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import free_port, stop_process
+from conftest import free_port, stop_process, wait_for_heartbeat
 
 import chroma_store
 import embedders
@@ -361,20 +360,6 @@ def test_upsert_and_delete_beyond_the_client_batch_limit(tmp_path: Path, use) ->
 
 
 # --- server mode -----------------------------------------------------------------------
-
-
-def wait_for_heartbeat(url: str, proc: subprocess.Popen, log: Path, limit: float) -> float:
-    """Seconds until the server answers its heartbeat; fails if it dies or stays silent."""
-    start = time.monotonic()
-    while time.monotonic() - start < limit:
-        if proc.poll() is not None:
-            pytest.fail(f"chroma run exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1):
-                return time.monotonic() - start
-        except OSError:
-            time.sleep(0.1)
-    pytest.fail(f"chroma run did not answer within {limit} s: {log.read_text()[-2000:]}")
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import pytest
 
 import chunking
 import fulltext
+import fulltext_schema
 
 
 def src(name: str, sha: str = "h1") -> fulltext.SourceFile:
@@ -105,6 +106,35 @@ def test_short_needles_find_what_a_scan_of_every_line_finds(conn, monkeypatch, p
         got = [r["line"] for r in fulltext.exact_search(conn, needle, 50)]
         assert got == want, needle
     assert [r["line"] for r in fulltext.exact_search(conn, "a", 2)] == [4, 5]  # limit holds
+
+
+LONG_LINES = ["the abc and bcd", "abcd", "xABCDx", "abc bcd cde", "École normale", "ΑΒΓΔ",
+              "배포 일정은 3월 배포", "我们研究人工智能技术", 'say "abc" twice "abc"', "", "a%b_c"]
+LONG_NEEDLES = ["abcd", "ABC", "bcd cd", "abc bcd", "école", "αβγδ", "일정은 3", "은 3월",
+                "人工智能", '"abc"', "c a", "abcdx", "%b_", "zzz", "the abc and bcd", "3월 배포"]
+
+
+@pytest.mark.parametrize("version", [6, fulltext.SCHEMA_VERSION])
+def test_longer_needles_find_what_a_scan_finds_with_and_without_positions(
+        tmp_path, monkeypatch, version):
+    # _m007 dropped lines_fts's positions (a third of its size): a needle is now the lines
+    # holding all its trigrams, checked in the line. Trigrams that occur apart ("abc and
+    # bcd" for "abcd") must not match; a server reading a schema-6 index gets the same lines.
+    path = tmp_path / fulltext.FILENAME
+    with monkeypatch.context() as old_code:
+        old_code.setattr(fulltext_schema, "MIGRATIONS", fulltext_schema.MIGRATIONS[:version])
+        old_code.setattr(fulltext_schema, "SCHEMA_VERSION", version)
+        conn = fulltext.connect(path)
+        add(conn, "mix.txt", [LONG_LINES])
+        conn.close()
+    conn = fulltext.connect(path, readonly=True)
+    detail = conn.execute("SELECT sql FROM sqlite_schema WHERE name = 'lines_fts'").fetchone()[0]
+    assert ("detail='none'" in detail) == (version >= 7)
+    for needle in LONG_NEEDLES:
+        want = [n for n, text in enumerate(LONG_LINES, 1) if needle.lower() in text.lower()]
+        assert [r["line"] for r in fulltext.exact_search(conn, needle, 50)] == want, needle
+    assert [r["line"] for r in fulltext.exact_search(conn, "abc", 2)] == [1, 2]  # limit holds
+    conn.close()
 
 
 def test_bm25_ranks_the_matching_chunk_first_and_survives_fts_syntax(conn):
