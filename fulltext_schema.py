@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path, PurePath, PureWindowsPath
 
 # ---------------------------------------------------------------------------
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 FILENAME = "fulltext.sqlite3"
 # segment.py emits tokens made only of these categories, so FTS5 never re-splits them
 TOKEN_CATEGORIES = "L* N* Co M*"
@@ -148,9 +148,17 @@ def _m007_trigrams_without_positions(conn: sqlite3.Connection) -> None:
     _lines_fts(conn, ", detail='none'")
 
 
+def _m008_postings_in_write_order(conn: sqlite3.Connection) -> None:
+    """BM25's postings stored in the order they are written, found through an index on
+    (term, seg): a flush appends instead of touching pages all over the table."""
+    import bm25
+
+    bm25.relayout(conn)
+
+
 MIGRATIONS = [_m001_create_tables, _m002_warnings_and_context, _m003_meta, _m004_llm_contexts,
               _m005_bm25_postings, _m006_line_ends,
-              _m007_trigrams_without_positions]
+              _m007_trigrams_without_positions, _m008_postings_in_write_order]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -2,6 +2,7 @@
 
 import sqlite3
 
+import numpy as np
 import pytest
 from conftest import shared_path
 from test_bm25 import load_beir
@@ -46,6 +47,16 @@ def assert_same_as_fts5(conn, queries: list[str]) -> int:
     return matched
 
 
+def assert_rowids_sorted(conn) -> None:
+    """Each segment's chunks and each term's postings in rowid order, lo/hi their ends: a
+    write that consulted lo/hi would miss a segment otherwise."""
+    for lo, hi, blob in conn.execute("SELECT lo, hi, ids FROM bm25_segments"):
+        ids = np.frombuffer(blob, bm25.ID)
+        assert (ids[0], ids[-1]) == (lo, hi) and np.all(np.diff(ids.astype(np.int64)) > 0)
+    for (blob,) in conn.execute("SELECT ids FROM bm25_postings"):
+        assert np.all(np.diff(np.frombuffer(blob, bm25.ID).astype(np.int64)) > 0)
+
+
 @pytest.fixture
 def beir_texts():
     docs, queries = [], []
@@ -74,18 +85,27 @@ def test_scores_equal_fts5_through_adds_changes_deletes_retokens_and_merges(
         add(conn, name, text[len(text) // 2:] + "\nunusualword")
     for name, _ in docs[1::5]:
         fulltext.delete_source(conn, name)
-    rowids = [r[0] for r in conn.execute("SELECT id FROM chunks ORDER BY id LIMIT 20")]
+    # every other chunk re-tokenized: its new postings interleave with its neighbours' old
+    # ones, so merges must sort (rowids apart, they join the arrays)
+    rowids = [r[0] for r in conn.execute("SELECT id FROM chunks ORDER BY id LIMIT 40")][::2]
     fulltext.replace_tokens(conn, {rowid: "retokenized unusualword" for rowid in rowids})
     queued = conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0]
     assert queued < flush_min and (queued > 0) == (flush_min > 1)
     assert 1 < conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] < len(docs)
     assert assert_same_as_fts5(conn, queries + ["unusualword retokenized"]) > 100
+    assert_rowids_sorted(conn)
     live = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
     assert len(bm25.scores(conn, ["unusualword"])) == len(rowids) + sum(
         1 for name, _ in docs[::3] if name not in {n for n, _ in docs[1::5]})
     reader = fulltext.connect(tmp_path / fulltext.FILENAME, readonly=True)
     assert assert_same_as_fts5(reader, queries) > 100  # a new reader builds its own figures
     assert fulltext.fts_totals(reader)[0] == live
+    with conn:  # every segment merged into one: the re-tokenized rowids interleave
+        bm25._merge(conn, [r[0] for r in conn.execute("SELECT seg FROM bm25_segments")])
+        bm25.new_generation(conn)
+    assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] == 1
+    assert assert_same_as_fts5(conn, queries + ["unusualword retokenized"]) > 100
+    assert_rowids_sorted(conn)
 
 
 def test_chunks_a_writer_left_queued_count_at_once_and_too_many_fall_back_to_fts5(
@@ -113,6 +133,37 @@ def test_chunks_a_writer_left_queued_count_at_once_and_too_many_fall_back_to_fts
     bm25.flush(conn, force=True)
     conn.commit()
     assert assert_same_as_fts5(conn, ["late harbour", "cranes"]) == 2
+
+
+OLD_POSTINGS = [  # what schemas 5-7 wrote: keyed by (term, seg), the arrays inline
+    """CREATE TABLE bm25_postings (term TEXT NOT NULL, seg INTEGER NOT NULL, ids BLOB NOT NULL,
+        tfs BLOB NOT NULL, PRIMARY KEY (term, seg)) WITHOUT ROWID""",
+    "CREATE INDEX bm25_postings_seg ON bm25_postings(seg)"]
+
+
+def test_postings_of_schema_7_move_to_write_order_and_score_the_same(tmp_path, monkeypatch):
+    path = tmp_path / fulltext.FILENAME
+    with monkeypatch.context() as old_code:
+        old_code.setattr(fulltext_schema, "MIGRATIONS", fulltext_schema.MIGRATIONS[:7])
+        old_code.setattr(fulltext_schema, "SCHEMA_VERSION", 7)
+        old_code.setattr(bm25, "SCHEMA", [*OLD_POSTINGS, *(
+            s for s in bm25.SCHEMA if s not in bm25.POSTINGS)])
+        old_code.setattr(bm25, "FLUSH_MIN", 1)
+        conn = fulltext.connect(path)
+        for i in range(12):
+            add(conn, f"{i}.txt", f"report {i} on harbour cranes\nquarter {i % 3} revenue")
+        before = {q: dict(bm25.scores(conn, segment.tokens(q))) for q in ("report 3", "harbour")}
+        conn.close()
+    conn = fulltext.connect(path)
+    sql = conn.execute("SELECT sql FROM sqlite_schema WHERE name = 'bm25_postings'").fetchone()[0]
+    assert "WITHOUT ROWID" not in sql.upper()
+    assert conn.execute("SELECT count(*) FROM sqlite_schema WHERE name IN"
+                        " ('bm25_postings_term', 'bm25_postings_seg', 'bm25_postings_old')"
+                        ).fetchone()[0] == 2
+    assert {q: dict(bm25.scores(conn, segment.tokens(q))) for q in before} == before
+    assert assert_same_as_fts5(conn, ["report 3", "harbour quarter"]) > 12
+    add(conn, "new.txt", "harbour report")  # and it keeps being written
+    assert assert_same_as_fts5(conn, ["report 3", "harbour quarter"]) > 12
 
 
 def test_an_index_from_before_the_arrays_is_migrated_and_read_only_falls_back(
