@@ -30,7 +30,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from itertools import zip_longest
 from pathlib import Path
@@ -184,37 +183,6 @@ def write_sqlite(conn, n: int) -> tuple[int, float, float]:
     return written - resumed, prepare, write
 
 
-class VectorsMeanwhile(threading.Thread):
-    """The indexer's embed_pending on a connection of its own, in a thread, while SQLite is
-    written: Chroma's inserts take the other core (one after the other, the two halves of a
-    million-chunk build took about an hour each). Same lock, same code, as ingest's."""
-
-    def __init__(self, indexer, done: threading.Event) -> None:
-        import copy
-
-        import fulltext
-
-        super().__init__(daemon=True)
-        self.side = copy.copy(indexer)
-        self.side.conn = fulltext.connect(indexer.kb.fulltext_path)
-        self.done, self.embedded, self.seconds = done, 0, 0.0
-        self.start()
-
-    def run(self) -> None:
-        import sqlite3
-
-        try:
-            while not self.done.wait(2.0):
-                start = time.perf_counter()
-                try:
-                    self.embedded += self.side.embed_pending()
-                except sqlite3.OperationalError as err:  # the writer held the lock too long
-                    print(f"scale: vectors wait ({err})", file=sys.stderr)
-                self.seconds += time.perf_counter() - start
-        finally:
-            self.side.conn.close()
-
-
 def prepared_kb_folder(base: Path, n: int, want: str) -> tuple[Path, dict | None]:
     """The KB folder and its build record when it matches (n, want); an interrupted build of
     the same is kept to resume, a stale benchmark KB is deleted, a folder that is not one is
@@ -257,20 +225,14 @@ def build(base: Path, n: int) -> dict:
     indexer = ingest.Indexer(kb)
     try:
         indexer.store.embedder = random_vectors_embedder()
-        done_writing = threading.Event()
-        vectors = VectorsMeanwhile(indexer, done_writing)
-        try:
-            written, prepare_s, sqlite_s = write_sqlite(indexer.conn, n)
-        finally:
-            done_writing.set()
-            vectors.join()
+        written, prepare_s, sqlite_s = write_sqlite(indexer.conn, n)
         import segment
 
         fulltext.set_meta(indexer.conn, fulltext.SEGMENTER_KEY, segment.signature())
-        print("scale: the last vectors through the indexer's embed_pending", file=sys.stderr)
+        print("scale: writing vectors through the indexer's embed_pending", file=sys.stderr)
         chroma_start = time.perf_counter()
-        embedded = vectors.embedded + indexer.embed_pending()
-        chroma_s = vectors.seconds + time.perf_counter() - chroma_start
+        embedded = indexer.embed_pending()
+        chroma_s = time.perf_counter() - chroma_start
         counts = fulltext.counts(indexer.conn)
     finally:
         indexer.close()
