@@ -13,7 +13,8 @@ Storage, in the index's own transactions: triggers on `chunks` queue every inser
 or re-tokenized rowid in `bm25_queue`; `flush` (run by each writer before it commits) marks
 those chunks' old postings dead, writes their current tokens as a new segment, and merges
 FANOUT segments of one size tier into one, dropping what is dead. A term's postings are one
-row per segment, so a query reads a few dozen rows a term at any size.
+row per segment, so a query reads a few dozen rows a term at any size; rows are kept in the
+order they are written (a flush appends) and found through an index on (term, seg).
 """
 
 from __future__ import annotations
