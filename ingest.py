@@ -136,10 +136,16 @@ class Indexer:
             raise
 
     def close(self) -> None:
-        self.conn.close()
-        if self.store is not None:
-            self.store.close()
-        self.lock.release()
+        try:
+            fulltext.write_queued(self.conn)
+        except sqlite3.Error as err:  # nothing is lost: queued chunks are scored from tokens
+            print(f"linecite: the last chunks' BM25 postings wait for the next run ({err})",
+                  file=sys.stderr)
+        finally:
+            self.conn.close()
+            if self.store is not None:
+                self.store.close()
+            self.lock.release()
 
     # -- the storage protocol ------------------------------------------------
     def retokenize(self) -> int:

@@ -237,3 +237,21 @@ def test_a_whole_document_as_a_query_is_scored_on_its_rarest_tokens_only(tmp_pat
                                 " GROUP BY term").fetchall())
     rarest = sorted(distinct, key=lambda t: docs_of.get(t, 0))[:limits.MAX_QUERY_TOKENS]
     assert dict(bm25.scores(conn, page)) == dict(bm25.scores(conn, rarest))
+
+
+def test_a_writer_run_leaves_no_chunk_queued(tmp_path):
+    # a run's last chunks (fewer than FLUSH_MIN) are written when the indexer closes, so a
+    # server never re-reads and splits their tokens on each query
+    import ingest
+    import kb as kbmod
+
+    kb = kbmod.open_or_create(tmp_path, "k")
+    indexer = ingest.Indexer(kb)
+    try:
+        add(indexer.conn, "a.txt", "harbour cranes were inspected\nthe quarterly report")
+        assert 0 < indexer.conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0]
+    finally:
+        indexer.close()
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    assert conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0] == 0
+    assert assert_same_as_fts5(conn, ["harbour report", "cranes"]) == 2  # one chunk, twice
