@@ -114,12 +114,15 @@ LONG_NEEDLES = ["abcd", "ABC", "bcd cd", "abc bcd", "école", "αβγδ", "일�
                 "人工智能", '"abc"', "c a", "abcdx", "%b_", "zzz", "the abc and bcd", "3월 배포"]
 
 
+@pytest.mark.parametrize("trigrams", [fulltext.EXACT_TRIGRAMS, 1])
 @pytest.mark.parametrize("version", [6, fulltext.SCHEMA_VERSION])
 def test_longer_needles_find_what_a_scan_finds_with_and_without_positions(
-        tmp_path, monkeypatch, version):
+        tmp_path, monkeypatch, version, trigrams):
     # _m007 dropped lines_fts's positions (a third of its size): a needle is now the lines
     # holding all its trigrams, checked in the line. Trigrams that occur apart ("abc and
     # bcd" for "abcd") must not match; a server reading a schema-6 index gets the same lines.
+    # With 1 trigram asked of the index, the line check alone must keep the lists exact.
+    monkeypatch.setattr(fulltext, "EXACT_TRIGRAMS", trigrams)
     path = tmp_path / fulltext.FILENAME
     with monkeypatch.context() as old_code:
         old_code.setattr(fulltext_schema, "MIGRATIONS", fulltext_schema.MIGRATIONS[:version])
@@ -135,6 +138,17 @@ def test_longer_needles_find_what_a_scan_finds_with_and_without_positions(
         assert [r["line"] for r in fulltext.exact_search(conn, needle, 50)] == want, needle
     assert [r["line"] for r in fulltext.exact_search(conn, "abc", 2)] == [1, 2]  # limit holds
     conn.close()
+
+
+def test_a_pasted_document_as_an_exact_needle_asks_the_index_for_few_trigrams(conn):
+    # a confused agent pastes a whole page into exact mode: every trigram of 4,000 characters
+    # made the query take 1.2 s at 100k chunks; the index is asked for EXACT_TRIGRAMS of them
+    page = " ".join(f"line {i} of the quarterly harbour report, section {i * 7}"
+                    for i in range(80))[:3990]
+    add(conn, "doc.txt", [[page, page[:-1] + "!"]])
+    assert fulltext._trigram_match(page.lower()).count(" AND ") == fulltext.EXACT_TRIGRAMS - 1
+    assert [r["line"] for r in fulltext.exact_search(conn, page, 10)] == [1]
+    assert fulltext.exact_search(conn, page + " more", 10) == []
 
 
 def test_bm25_ranks_the_matching_chunk_first_and_survives_fts_syntax(conn):
