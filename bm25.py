@@ -36,7 +36,7 @@ K1, B = 1.2, 0.75  # FTS5's bm25() constants
 MIN_IDF = 1e-6  # FTS5 floors a non-positive idf here
 PRUNE_MIN_CHUNKS = 1000  # from this many chunks on, tokens in half the chunks are dropped
 FANOUT = 8  # segments of one size tier merged into one
-MAX_MERGE_CHUNKS = 1 << 17  # a merge never holds more chunks' postings than this in memory
+MAX_MERGE_CHUNKS = 1 << 18  # a merge never holds more chunks' postings than this in memory
 FLUSH_BATCH = 20_000  # queued chunks read into one new segment
 FLUSH_MIN = 256  # queued chunks that make a segment; fewer are read from their tokens
 OVERLAY_MAX = 4 * FLUSH_MIN  # queued chunks a query reads itself; more: chunks_fts answers
@@ -116,7 +116,7 @@ def flush(conn: sqlite3.Connection, force: bool = False) -> None:
         _retire(conn, queued)
         _write_segment(conn, queued)
         conn.execute("DELETE FROM bm25_queue WHERE id <= ?", (int(queued[-1]),))
-    _merge_tiers(conn)
+    merge_tiers(conn)
     new_generation(conn)
 
 
@@ -183,19 +183,20 @@ def _insert_segment(conn: sqlite3.Connection, ids: np.ndarray, lens: np.ndarray,
                       for a, b in zip(starts, ends, strict=True)))
 
 
-def _merge_tiers(conn: sqlite3.Connection) -> None:
-    """Merge FANOUT segments of the lowest full tier into one, until no tier is full; a
-    merge that would exceed MAX_MERGE_CHUNKS is not made (those segments stay as they are)."""
+def merge_tiers(conn: sqlite3.Connection) -> None:
+    """Merge the FANOUT oldest segments of the lowest tier holding that many, until no tier
+    does; a merge of more than MAX_MERGE_CHUNKS chunks is not made (those segments stay)."""
     while True:
-        full = conn.execute(
-            "SELECT tier FROM bm25_segments GROUP BY tier HAVING count(*) >= ? AND"
-            " sum(length(ids)) / 4 <= ? ORDER BY tier LIMIT 1",
-            (FANOUT, MAX_MERGE_CHUNKS)).fetchone()
-        if full is None:
+        for (tier,) in conn.execute("SELECT tier FROM bm25_segments GROUP BY tier"
+                                    " HAVING count(*) >= ? ORDER BY tier", (FANOUT,)).fetchall():
+            segs, sizes = zip(*conn.execute(
+                "SELECT seg, length(ids) / ? FROM bm25_segments WHERE tier = ? ORDER BY seg"
+                " LIMIT ?", (ID.itemsize, tier, FANOUT)), strict=True)
+            if sum(sizes) <= MAX_MERGE_CHUNKS:
+                _merge(conn, list(segs))
+                break
+        else:
             return
-        segs = [r[0] for r in conn.execute(
-            "SELECT seg FROM bm25_segments WHERE tier = ? ORDER BY seg LIMIT ?", (full[0], FANOUT))]
-        _merge(conn, segs)
 
 
 def _merge(conn: sqlite3.Connection, segs: list[int]) -> None:
@@ -273,6 +274,7 @@ class _Figures:
     lengths: np.ndarray
     chunks: int
     tokens: float
+    shortest: float  # the fewest tokens a chunk holding any has
     dead: dict
 
     def live(self, rowids: np.ndarray) -> np.ndarray:
@@ -301,7 +303,8 @@ def _figures(conn: sqlite3.Connection, generation: str) -> _Figures:
     all_lens = np.concatenate(lens).astype(np.float64) if lens else np.zeros(0)
     lengths = np.full(int(all_ids.max()) + 1 if len(all_ids) else 0, -1.0)
     lengths[all_ids] = all_lens
-    figures = _Figures(lengths, len(all_ids), float(all_lens.sum()), dead)
+    shortest = float(all_lens[all_lens > 0].min()) if (all_lens > 0).any() else 1.0
+    figures = _Figures(lengths, len(all_ids), float(all_lens.sum()), shortest, dead)
     with _figures_lock:  # one KB at a time changes; older generations go
         for old in [k for k in _figures_cache if k[0] == path]:
             del _figures_cache[old]
@@ -350,10 +353,11 @@ class Scores(Mapping):
 
 
 def scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
-           allowed: np.ndarray | None = None) -> Scores | None:
-    """Every matching chunk's BM25 (only rowids in `allowed`, when given), or None when this
-    index cannot answer (an index from before these tables, or more than OVERLAY_MAX chunks
-    queued, which only a writer stopped mid-flush leaves): chunks_fts answers then.
+           allowed: np.ndarray | None = None) -> Ranking | Scores | None:
+    """The matching chunks' BM25 (only rowids in `allowed`, when given) as a Ranking, or None
+    when this index cannot answer (an index from before these tables, or more than
+    OVERLAY_MAX chunks queued, which only a writer stopped mid-flush leaves): chunks_fts
+    answers then.
 
     Queued chunks are scored from their stored tokens and their segment postings ignored, so
     what a writer committed counts at once. As bm25() would, with two bounds of ours: with
@@ -377,26 +381,140 @@ def scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
     terms = list(dict.fromkeys(t for t in query_tokens if t))
     if not terms or not chunks:
         return Scores.from_pairs([])
-    chosen = _chosen(conn, terms, chunks)
-    postings = _postings(conn, chosen, figures, stale, fresh)
-    parts_ids, parts_scores = [], []
-    for ids, tfs, lens in postings.values():
+    average = tokens / chunks
+    shortest = min([figures.shortest, *(len(w) for w in fresh.values() if w)])
+    found = []
+    for ids, tfs in _postings(conn, _chosen(conn, terms, chunks), figures, stale, fresh):
         idf = max(math.log((chunks - len(ids) + 0.5) / (len(ids) + 0.5)), MIN_IDF)
-        norm = K1 * (1 - B + B * lens / (tokens / chunks))
-        parts_ids.append(ids)
-        parts_scores.append(idf * tfs * (K1 + 1) / (tfs + norm))
-    if not parts_ids:
-        return Scores.from_pairs([])
-    ids, values = np.concatenate(parts_ids), np.concatenate(parts_scores)
-    if allowed is not None:
-        keep = np.isin(ids, allowed)
-        ids, values = ids[keep], values[keep]
-    if len(ids) * 4 >= len(figures.lengths):  # many matches: sum into one slot per rowid
-        dense = np.bincount(ids, weights=values)
-        unique = np.flatnonzero(dense)  # every posting adds more than 0
-        return Scores(unique, dense[unique])
-    unique, where = np.unique(ids, return_inverse=True)
-    return Scores(unique, np.bincount(where, weights=values, minlength=len(unique)))
+        if allowed is not None:
+            keep = np.isin(ids, allowed)
+            ids, tfs = ids[keep], tfs[keep]
+        if len(ids):
+            most = float(tfs.max())  # no chunk gets more from this term than most/shortest do
+            bound = idf * most * (K1 + 1) / (most + K1 * (1 - B + B * shortest / average))
+            found.append(_Term(ids, tfs, idf, bound * (1 + 1e-6)))
+    return Ranking(found, _with_queued(figures.lengths, fresh), average)
+
+
+@dataclass(frozen=True)
+class _Term:
+    """One query term: its chunks' rowids (ascending) and counts, its idf, and the most it
+    adds to any chunk's score."""
+    ids: np.ndarray
+    tfs: np.ndarray
+    idf: float
+    bound: float
+
+
+class Ranking(Mapping):
+    """The matching chunks' BM25 by rowid, scored only as far as a question needs.
+
+    `top(n)` is MaxScore (Turtle and Flood): terms are added strongest first into one array
+    by rowid until the terms left could not lift a chunk not yet touched to the n-th best
+    full score seen so far; those terms are then only looked up for the touched chunks that
+    can still reach it. A long English question at a million chunks scores ~10% of its
+    postings that way. Nothing that could be among the n best is skipped, and every path
+    adds the same terms' shares in the same order, so `top(n)` is the unpruned list to the
+    last bit (tests compare both). `ranking[rowid]` looks one chunk up; iterating scores all.
+    """
+
+    def __init__(self, terms: list[_Term], lengths: np.ndarray, average: float):
+        self.terms = sorted(terms, key=lambda t: -t.bound)
+        self.lengths, self.average = lengths, average
+        bounds = [t.bound for t in self.terms]
+        self.rest = [*np.cumsum(bounds[::-1])[::-1].tolist(), 0.0]  # terms i.. add at most
+        self._tops: dict[int, list[tuple[int, float]]] = {}
+        self._every: Scores | None = None
+
+    def top(self, n: int) -> list[tuple[int, float]]:
+        """The n best (rowid, score), best first; ties by rowid, as FTS5 returns them."""
+        if n not in self._tops:
+            self._tops[n] = self.reaching(n).top(n) if n > 0 else []
+        return self._tops[n]
+
+    def reaching(self, n: int | None) -> Scores:
+        """The full scores of every chunk that can be among the n best (of all when None)."""
+        size = max((int(t.ids[-1]) for t in self.terms), default=-1) + 1
+        partial, best = np.zeros(size), np.zeros(0, ID)
+        floor, added = 0.0, 0  # floor: an n-th best full score seen
+        while added < len(self.terms) and (n is None or self.rest[added] >= floor):
+            term = self.terms[added]
+            partial[term.ids] += self._share(term, slice(None))
+            added += 1
+            if n is not None and added < len(self.terms):
+                best, floor = self._floor(partial, best, term.ids, added, n, floor)
+        ids = np.flatnonzero(partial).astype(ID)  # every share is above 0
+        values = partial[ids]
+        if added < len(self.terms):
+            can = values + self.rest[added] >= floor
+            ids, values = ids[can], self._finished(values[can], ids[can], added)
+        return Scores(ids.astype(np.int64), values)
+
+    def _share(self, term: _Term, at) -> np.ndarray:
+        """What `term` adds to the chunks at positions `at` of its postings."""
+        tfs = term.tfs[at].astype(np.float64)
+        norm = K1 * (1 - B + B * self.lengths[term.ids[at]] / self.average)
+        return term.idf * tfs * (K1 + 1) / (tfs + norm)
+
+    def _finished(self, partial: np.ndarray, ids: np.ndarray, start: int) -> np.ndarray:
+        """Full scores of chunks `ids` (ascending) from their scores over terms[:start]."""
+        full = partial.copy()
+        for term in self.terms[start:]:
+            hit, at = _holding(term, ids)
+            full[hit] += self._share(term, at)
+        return full
+
+    def _floor(self, partial: np.ndarray, best: np.ndarray, touched: np.ndarray, added: int,
+               n: int, floor: float) -> tuple[np.ndarray, float]:
+        """The 2n chunks with the best partial scores (those of `best` and of the term just
+        added, whose chunks alone changed), and the n-th best of their full scores: a real
+        score, so the final n-th best is at least that."""
+        if len(touched) > 2 * n:
+            touched = touched[np.argpartition(-partial[touched], 2 * n - 1)[:2 * n]]
+        best = np.union1d(best, touched)
+        if len(best) > 2 * n:
+            best = np.sort(best[np.argpartition(-partial[best], 2 * n - 1)[:2 * n]])
+        if len(best) < n:
+            return best, floor
+        full = self._finished(partial[best], best, added)
+        return best, max(floor, float(np.partition(full, len(full) - n)[len(full) - n]))
+
+    def _all(self) -> Scores:
+        if self._every is None:
+            self._every = self.reaching(None)
+        return self._every
+
+    def __getitem__(self, rowid: int) -> float:
+        if 0 <= rowid < 2 ** 32:
+            ids = np.array([rowid], ID)
+            if any(_holding(term, ids)[0][0] for term in self.terms):
+                return float(self._finished(np.zeros(1), ids, 0)[0])
+        raise KeyError(rowid)
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._all())
+
+
+def _holding(term: _Term, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of chunks `ids` hold `term` (a mask), and where in its postings they are."""
+    at = np.searchsorted(term.ids, ids)
+    at[at == len(term.ids)] = 0
+    hit = term.ids[at] == ids
+    return hit, at[hit]
+
+
+def _with_queued(lengths: np.ndarray, fresh: dict[int, list[str]]) -> np.ndarray:
+    """Chunk lengths by rowid with the queued chunks' own (a copy only when any are queued)."""
+    if not fresh:
+        return lengths
+    rowids = np.array(list(fresh), np.int64)
+    out = np.full(max(len(lengths), int(rowids.max()) + 1), -1.0)
+    out[:len(lengths)] = lengths
+    out[rowids] = [len(words) for words in fresh.values()]
+    return out
 
 
 def _queued_words(conn: sqlite3.Connection, queued: np.ndarray) -> dict[int, list[str]]:
@@ -424,10 +542,10 @@ def _chosen(conn: sqlite3.Connection, terms: list[str], chunks: int) -> list[str
 
 
 def _postings(conn: sqlite3.Connection, terms: list[str], figures: _Figures,
-              stale: np.ndarray, fresh: dict[int, list[str]]) -> dict[str, tuple]:
-    """term -> (rowids, term counts, chunk lengths) of the chunks holding it: the segments'
-    live postings but the `stale` ones, then the queued chunks' own tokens."""
-    parts: dict[str, list[tuple]] = defaultdict(list)
+              stale: np.ndarray, fresh: dict[int, list[str]]) -> list[tuple]:
+    """(rowids ascending, term counts) of each term's chunks: the segments' live postings but
+    the `stale` ones, then the queued chunks' own tokens."""
+    pieces: dict[str, list[tuple]] = defaultdict(list)
     for start in range(0, len(terms), 500):
         part = terms[start:start + 500]
         for term, seg, blob, tblob in conn.execute(
@@ -435,18 +553,27 @@ def _postings(conn: sqlite3.Connection, terms: list[str], figures: _Figures,
                 f" ({','.join('?' * len(part))})", part):
             ids = np.frombuffer(blob, ID)
             keep = _kept(ids, figures.dead.get(seg), stale)
-            ids = ids[keep].astype(np.int64)
-            parts[term].append((ids, np.frombuffer(tblob, TF)[keep], figures.lengths[ids]))
-    wanted, queued_parts = set(terms), defaultdict(list)
-    for rowid, words in fresh.items():
+            pieces[term].append((ids[keep], np.frombuffer(tblob, TF)[keep]))
+    wanted, queued = set(terms), defaultdict(list)
+    for rowid, words in sorted(fresh.items()):
         for term in wanted.intersection(words):
-            queued_parts[term].append((rowid, words.count(term), len(words)))
-    for term, rows in queued_parts.items():
-        parts[term].append(tuple(np.array(column) for column in zip(*rows, strict=True)))
-    out = {}
-    for term, pieces in parts.items():
-        ids = np.concatenate([p[0] for p in pieces])
-        if len(ids):
-            out[term] = (ids, np.concatenate([p[1] for p in pieces]).astype(np.float64),
-                         np.concatenate([p[2] for p in pieces]).astype(np.float64))
-    return out
+            queued[term].append((rowid, min(words.count(term), 65535)))
+    for term, rows in queued.items():
+        pieces[term].append(tuple(np.array(column, dtype) for column, dtype
+                                  in zip(zip(*rows, strict=True), (ID, TF), strict=True)))
+    return [joined for parts in pieces.values() if len((joined := _ascending(parts))[0])]
+
+
+def _ascending(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """A term's pieces (each in rowid order) as one pair of arrays in rowid order: laid end to
+    end by their first rowids, sorted only where pieces' rowids interleave (a segment merged
+    after chunks were re-tokenized, queued chunks)."""
+    pieces = sorted((p for p in pieces if len(p[0])), key=lambda p: int(p[0][0]))
+    if not pieces:
+        return np.zeros(0, ID), np.zeros(0, TF)
+    ids = np.concatenate([p[0] for p in pieces])
+    tfs = np.concatenate([p[1] for p in pieces])
+    if any(a[0][-1] >= b[0][0] for a, b in zip(pieces, pieces[1:], strict=False)):
+        order = np.argsort(ids, kind="stable")
+        ids, tfs = ids[order], tfs[order]
+    return ids, tfs

@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path, PurePath, PureWindowsPath
 
 # ---------------------------------------------------------------------------
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 FILENAME = "fulltext.sqlite3"
 # segment.py emits tokens made only of these categories, so FTS5 never re-splits them
 TOKEN_CATEGORIES = "L* N* Co M*"
@@ -156,9 +156,20 @@ def _m008_postings_in_write_order(conn: sqlite3.Connection) -> None:
     bm25.relayout(conn)
 
 
+def _m009_merge_held_segments(conn: sqlite3.Connection) -> None:
+    """BM25 segments merged that schema 8 left apart: eight of its ~16,400-chunk segments
+    were just over its merge limit, and it checked the limit against a whole tier rather than
+    the FANOUT segments it merges, so they never merged again (a million chunks: 73 segments,
+    a query read up to 73 rows a term)."""
+    import bm25
+
+    bm25.merge_tiers(conn)
+    bm25.new_generation(conn)
+
+
 MIGRATIONS = [_m001_create_tables, _m002_warnings_and_context, _m003_meta, _m004_llm_contexts,
-              _m005_bm25_postings, _m006_line_ends,
-              _m007_trigrams_without_positions, _m008_postings_in_write_order]
+              _m005_bm25_postings, _m006_line_ends, _m007_trigrams_without_positions,
+              _m008_postings_in_write_order, _m009_merge_held_segments]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

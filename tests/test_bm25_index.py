@@ -255,3 +255,53 @@ def test_a_writer_run_leaves_no_chunk_queued(tmp_path):
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     assert conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0] == 0
     assert assert_same_as_fts5(conn, ["harbour report", "cranes"]) == 2  # one chunk, twice
+
+
+def test_top_n_is_the_unpruned_list_to_the_last_bit_and_skips_chunks(tmp_path, beir_texts):
+    # MaxScore may skip a chunk only when it cannot be among the n best: every n's list (and
+    # its scores) must equal what scoring every match gives, and a chunk looked up alone must
+    # score what it does in the full scoring
+    docs, queries = beir_texts
+    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
+    for name, text in docs:
+        add(conn, name, text)
+    bm25.flush(conn, force=True)
+    conn.commit()
+    asked = queries + [text[:300] for _, text in docs[::4]]  # the eval questions and passages
+    skipped = 0
+    for query in asked:
+        ranking = bm25.scores(conn, segment.tokens(query))
+        every = ranking.reaching(None)
+        for n in (1, 3, 10, 50):
+            assert ranking.top(n) == every.top(n), (query, n)
+            skipped += len(ranking.reaching(n)) < len(every)
+        for rowid in list(every)[::7]:
+            assert ranking[rowid] == every[rowid]
+    assert skipped > len(asked)  # the cut-off does skip chunks, on most questions
+    with pytest.raises(KeyError):
+        ranking[10 ** 9]
+
+
+def test_segments_schema_8_held_apart_are_merged_on_opening(tmp_path, monkeypatch):
+    # schema 8 checked its merge limit against a whole tier, so a tier over the limit never
+    # merged again: its segments are merged FANOUT at a time when the index opens
+    path = tmp_path / fulltext.FILENAME
+    monkeypatch.setattr(bm25, "FANOUT", 2)
+    monkeypatch.setattr(bm25, "FLUSH_MIN", 1)
+    with monkeypatch.context() as old_code:
+        old_code.setattr(fulltext_schema, "MIGRATIONS", fulltext_schema.MIGRATIONS[:8])
+        old_code.setattr(fulltext_schema, "SCHEMA_VERSION", 8)
+        old_code.setattr(bm25, "MAX_MERGE_CHUNKS", 0)
+        conn = fulltext.connect(path)
+        for i in range(12):
+            add(conn, f"{i}.txt", f"report {i} on harbour cranes\nquarter {i % 3} revenue")
+        held = conn.execute("SELECT count(*), sum(length(ids)) / 4 FROM bm25_segments").fetchone()
+        before = {q: dict(bm25.scores(conn, segment.tokens(q))) for q in ("report 3", "harbour")}
+        conn.close()
+    monkeypatch.setattr(bm25, "MAX_MERGE_CHUNKS", 4)  # a pair fits, the whole tier does not
+    assert held[0] == 12 and held[1] > bm25.MAX_MERGE_CHUNKS
+    conn = fulltext.connect(path)
+    assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] <= 12 // 2
+    assert {q: dict(bm25.scores(conn, segment.tokens(q))) for q in before} == before
+    assert_rowids_sorted(conn)
+    assert assert_same_as_fts5(conn, ["report 3", "harbour quarter"]) > 12
