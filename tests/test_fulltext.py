@@ -90,12 +90,16 @@ def test_exact_search_finds_one_two_and_longer_strings(conn):
     assert [r["line"] for r in fulltext.exact_search(conn, "일정", 10, source="zh.txt")] == []
 
 
+@pytest.mark.parametrize("scan_first", [0, 5, fulltext.EXACT_SCAN_FIRST])
 @pytest.mark.parametrize("prefix_terms", [fulltext.EXACT_PREFIX_TERMS, 0])
-def test_short_needles_find_what_a_scan_of_every_line_finds(conn, monkeypatch, prefix_terms):
+def test_short_needles_find_what_a_scan_of_every_line_finds(conn, monkeypatch, prefix_terms,
+                                                            scan_first):
     # 1-2 characters used to be an instr() scan of every line (344 ms at 100,000 chunks,
-    # issue 16); now the trigrams that start them, each line ending in LINE_END. With 0 terms
-    # allowed, every needle takes the scan: both ways must find the same lines.
+    # issue 16); now a scan of the first lines, then the trigrams that start them, each line
+    # ending in LINE_END. With 0 terms allowed, a needle the first lines do not settle takes
+    # the scan of every line: every way must find the same lines.
     monkeypatch.setattr(fulltext, "EXACT_PREFIX_TERMS", prefix_terms)
+    monkeypatch.setattr(fulltext, "EXACT_SCAN_FIRST", scan_first)
     lines = ["배포 일정은 3월", "김", "담당: 김", "ID X7-42 확인 ab", "ab", "Ab", "x", "b a",
              "我们研究人工智能技术", "能", "a\"b", ""]
     add(conn, "mix.txt", [lines])
