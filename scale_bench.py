@@ -218,14 +218,22 @@ def build(base: Path, n: int) -> dict:
     if record is not None:
         return {**record, **migrated(folder), "reused": True, "build_s": 0.0}
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / MARKER).write_text(json.dumps({"state": "building", "n": n, "fingerprint": want}),
-                                 encoding="utf-8")
+    marker = folder / MARKER
+    building = {"state": "building", "n": n, "fingerprint": want}
+    if marker.exists():  # an interrupted build of the same: its SQLite rates, if it got there
+        building = {**json.loads(marker.read_text(encoding="utf-8")), **building}
+    marker.write_text(json.dumps(building), encoding="utf-8")
     kb = kbmod.open_or_create(base, KB_ID)
     start = time.perf_counter()
     indexer = ingest.Indexer(kb)
     try:
         indexer.store.embedder = random_vectors_embedder()
         written, prepare_s, sqlite_s = write_sqlite(indexer.conn, n)
+        if written:  # kept for a resumed build that finds every chunk written
+            building.update(resumed_at=n - written,
+                            prepare_chunks_per_s=round(written / max(prepare_s, 1e-9), 1),
+                            sqlite_chunks_per_s=round(written / max(sqlite_s, 1e-9), 1))
+            marker.write_text(json.dumps(building), encoding="utf-8")
         import segment
 
         fulltext.set_meta(indexer.conn, fulltext.SEGMENTER_KEY, segment.signature())
@@ -237,12 +245,10 @@ def build(base: Path, n: int) -> dict:
     finally:
         indexer.close()
     build_s = time.perf_counter() - start
-    record = {"state": "done", "n": n, "fingerprint": want, "counts": counts,
-              "build_s": round(build_s, 2), "resumed_at": n - written,
-              "prepare_chunks_per_s": round(written / max(prepare_s, 1e-9), 1),
-              "sqlite_chunks_per_s": round(written / max(sqlite_s, 1e-9), 1),
+    record = {"resumed_at": 0, "prepare_chunks_per_s": None, "sqlite_chunks_per_s": None,
+              **building, "state": "done", "counts": counts, "build_s": round(build_s, 2),
               "chroma_chunks_per_s": round(embedded / max(chroma_s, 1e-9), 1)}
-    (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    marker.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return {**record, "reused": False}
 
 
@@ -321,7 +327,29 @@ def measure_linecite(base: Path, queries: list[dict]) -> dict:
     out = timed(runs)
     out["rss"], out["rss_how"] = rss()
     lib.close()
+    out["pruned"] = pruned_as_unpruned(base, texts)
     return out
+
+
+def pruned_as_unpruned(base: Path, texts: list[str]) -> dict:
+    """How many queries' BM25 top CANDIDATES (MaxScore, what the search uses) are the list
+    scoring every match gives, and the median share of matching chunks it fully scored."""
+    import bm25
+    import fulltext
+    import segment
+
+    conn = fulltext.connect(base / KB_ID / fulltext.FILENAME, readonly=True)
+    same, shares = 0, []
+    for text in texts:
+        ranking = bm25.scores(conn, segment.tokens(text))
+        every = ranking.reaching(None) if isinstance(ranking, bm25.Ranking) else ranking
+        same += ranking.top(CANDIDATES) == every.top(CANDIDATES)
+        if len(every):
+            shares.append(len(ranking.reaching(CANDIDATES)) / len(every)
+                          if isinstance(ranking, bm25.Ranking) else 1.0)
+    conn.close()
+    return {"same": same, "of": len(texts),
+            "scored_share": round(float(sorted(shares)[len(shares) // 2]), 4) if shares else None}
 
 
 def measure_baseline(base: Path, queries: list[dict], spawned: float) -> dict:
@@ -463,6 +491,8 @@ def flat(figures: dict) -> dict:
     out["baseline_bm25okapi_mb"] = (round(theirs["bm25okapi_bytes"] / 2**20, 1)
                                     if theirs["bm25okapi_bytes"] is not None else None)
     out["memory_read_with"] = mine["rss_how"]
+    out["bm25_topk_as_unpruned"] = f"{mine['pruned']['same']}/{mine['pruned']['of']}"
+    out["bm25_scored_share"] = mine["pruned"]["scored_share"]
     return out
 
 
@@ -542,9 +572,9 @@ def table(n: int, base: Path, record: dict, disk: dict, queries: list[dict],
              "are random unit vectors, query vectors real (built-in USE)",
              f"  {len(queries)} queries ({', '.join(f'{v} {k}' for k, v in langs.items())}), "
              f"top_k {TOP_K}, warm; memory read with {figures['idle']['memory_read_with']}",
-             f"  write rates: chunk+tokenize {record['prepare_chunks_per_s']:,.0f}, SQLite "
-             f"{record['sqlite_chunks_per_s']:,.0f}, Chroma (embed_pending, random vectors) "
-             f"{record['chroma_chunks_per_s']:,.0f} chunks/s"]
+             f"  write rates: chunk+tokenize {_rate(record['prepare_chunks_per_s'])}, SQLite "
+             f"{_rate(record['sqlite_chunks_per_s'])}, Chroma (embed_pending, random vectors) "
+             f"{_rate(record['chroma_chunks_per_s'])} chunks/s"]
     head = f"| {f'{chunks:,} chunks':28} |"
     for name in figures:
         suffix = "" if name == "idle" else f" ({name})"
@@ -577,10 +607,17 @@ def table(n: int, base: Path, record: dict, disk: dict, queries: list[dict],
     lines.append(f"| {'disk':28} | SQLite {disk['sqlite_bytes'] / 2**20:,.0f} MB, Chroma "
                  f"{disk['chroma_bytes'] / 2**20:,.0f} MB, {per_chunk / 1024:.1f} KB a chunk |")
     for name, f in figures.items():
+        lines.append(f"  BM25 top {CANDIDATES} by MaxScore ({name}): the list scoring every "
+                     f"match gives for {f['bm25_topk_as_unpruned']} queries; median share of "
+                     f"matching chunks fully scored {f['bm25_scored_share']}")
         cold = ", ".join(f"{k} {v:.2f}" for k, v in f["first_answer_by_mode_lang_s"].items())
         if cold:
             lines.append(f"  first answer by mode and language ({name}), s: {cold}")
     return "\n".join(lines)
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if not value else f"{value:,.0f}"
 
 
 def _mb(value: float | None) -> str:

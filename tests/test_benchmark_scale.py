@@ -42,6 +42,7 @@ def test_scale_builds_measures_and_reuses_its_kb(tmp_path):
     for key in KEYS:
         assert first[key] > 0, key
     assert first["chunks"] == N and not first["build_reused"]
+    assert first["bm25_topk_as_unpruned"] == "10/10" and 0 < first["bm25_scored_share"] <= 1
     assert set(first["first_answer_by_mode_lang_s"]) == {"exact ko", "exact zh", "exact en"}
 
     # the KB holds N chunks in both stores, all embedded, as the server will count them
@@ -90,6 +91,7 @@ def test_an_interrupted_build_resumes_where_it_stopped(tmp_path):
 
     out = scale(tmp_path, "--queries", "3", "--cold", "")
     assert not out["build_reused"] and out["resumed_at"] == N // 3
+    assert out["sqlite_chunks_per_s"] > 0  # the rate of the part this run wrote
     conn = fulltext.connect(folder / fulltext.FILENAME, readonly=True)
     try:
         counts = fulltext.counts(conn)
@@ -98,6 +100,29 @@ def test_an_interrupted_build_resumes_where_it_stopped(tmp_path):
         conn.close()
     assert (counts["chunks"], counts["embedded"]) == (N, N)
     assert names < set(after) and len(after) == len(set(after))
+
+
+@pytest.mark.slow
+def test_a_build_stopped_while_embedding_keeps_its_sqlite_rates(tmp_path, monkeypatch):
+    """Stopped after every chunk is in SQLite, the resumed run writes none there: the record
+    keeps the rates the stopped run measured instead of 0."""
+    import ingest
+
+    shared_path("eval")
+
+    def stopped(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest.Indexer, "embed_pending", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        scale_bench.build(tmp_path, N)
+    building = json.loads((tmp_path / scale_bench.KB_ID / scale_bench.MARKER).read_text(
+        encoding="utf-8"))
+    assert building["state"] == "building" and building["sqlite_chunks_per_s"] > 0
+    out = scale(tmp_path, "--queries", "3", "--cold", "")
+    assert not out["build_reused"] and out["resumed_at"] == 0
+    assert out["sqlite_chunks_per_s"] == building["sqlite_chunks_per_s"]
+    assert out["chroma_chunks_per_s"] > 0
 
 
 @pytest.mark.slow
