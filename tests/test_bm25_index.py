@@ -22,6 +22,16 @@ def add(conn, name: str, text: str) -> None:
                             "test", pages, chunks)
 
 
+def indexed(tmp_path, docs: list[tuple[str, str]]) -> sqlite3.Connection:
+    """An index of these (name, text) documents with every chunk's postings written."""
+    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
+    for name, text in docs:
+        add(conn, name, text)
+    bm25.flush(conn, force=True)
+    conn.commit()
+    return conn
+
+
 def fts5_scores(conn, tokens) -> dict[int, float]:
     match = fulltext.bm25_match(conn, tokens)
     if not match:
@@ -225,11 +235,7 @@ def test_a_whole_document_as_a_query_is_scored_on_its_rarest_tokens_only(tmp_pat
     # a confused agent pastes a page: at most MAX_QUERY_TOKENS distinct tokens are scored, the
     # rarest ones, so the work stays bounded however long the query is
     docs, _ = beir_texts
-    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
-    for name, text in docs:
-        add(conn, name, text)
-    bm25.flush(conn, force=True)
-    conn.commit()
+    conn = indexed(tmp_path, docs)
     page = segment.tokens(" ".join(text for _, text in docs))
     distinct = list(dict.fromkeys(page))
     assert len(distinct) > 20 * limits.MAX_QUERY_TOKENS
@@ -265,11 +271,7 @@ def test_top_n_is_the_unpruned_list_to_the_last_bit_and_skips_chunks(tmp_path, m
     # chunks have no 10,000-posting term), so the cut-off is tried at each step.
     monkeypatch.setattr(bm25, "FLOOR_MIN_POSTINGS", 0)
     docs, queries = beir_texts
-    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
-    for name, text in docs:
-        add(conn, name, text)
-    bm25.flush(conn, force=True)
-    conn.commit()
+    conn = indexed(tmp_path, docs)
     asked = queries + [text[:300] for _, text in docs[::4]]  # the eval questions and passages
     skipped = 0
     for query in asked:
