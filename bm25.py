@@ -441,7 +441,7 @@ class Ranking(Mapping):
             return Scores(np.zeros(0, np.int64), np.zeros(0))
         size = int(max(t.ids[-1] for t in self.terms)) + 1
         partial, best = np.zeros(size), np.zeros(0, ID)
-        left = np.cumsum([len(t.ids) for t in self.terms][::-1])[::-1].tolist()
+        left = np.cumsum([len(t.ids) for t in self.terms][::-1])[::-1].tolist()  # postings
         floor, added = 0.0, 0  # floor: an n-th best full score seen
         while added < len(self.terms) and (n is None or self.rest[added] >= floor):
             term = self.terms[added]

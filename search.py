@@ -2,7 +2,8 @@
 
 Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes nothing.
 
-- BM25 leg: FTS5 over segmented tokens (fulltext.bm25_all, one pass per query).
+- BM25 leg: FTS5's formula over segmented tokens, scored from bm25.py's arrays
+  (fulltext.bm25_all): the top CANDIDATES by MaxScore, any other chunk looked up.
 - Vector leg: the KB's embedder over Chroma; a vector hit that SQLite does not hold as an
   indexed chunk is dropped (SQLite is the record, Chroma may lag behind it).
 - Fusion, chosen per KB (`search` block of config.json, kb.search_settings): `convex` =
@@ -19,7 +20,7 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -262,11 +263,11 @@ class Searcher:
                 break
         return [_with_text(self.conn, h) for h in _diversify(hits)[:top_k]]
 
-    def _bm25_leg(self, bm25: dict[int, float], out: dict[str, Candidate]) -> None:
+    def _bm25_leg(self, bm25: Mapping[int, float], out: dict[str, Candidate]) -> None:
         for rank, (row, score) in enumerate(fulltext.top_chunks(self.conn, bm25, CANDIDATES), 1):
             out[row["chunk_id"]] = Candidate(row, bm25=score, bm25_rank=rank)
 
-    def _complete(self, bm25: dict[int, float], embedding,
+    def _complete(self, bm25: Mapping[int, float], embedding,
                   candidates: dict[str, Candidate]) -> None:
         """A chunk found by one leg only gets its real score from the other instead of 0 (its
         cosine from its stored vector, its BM25 from the leg's full scoring): a missing score
