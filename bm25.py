@@ -441,16 +441,15 @@ class Ranking(Mapping):
             return Scores(np.zeros(0, np.int64), np.zeros(0))
         size = int(max(t.ids[-1] for t in self.terms)) + 1
         partial, best = np.zeros(size), np.zeros(0, ID)
-        left = np.cumsum([len(t.ids) for t in self.terms][::-1])[::-1].tolist()  # postings
-        floor, added = 0.0, 0  # floor: an n-th best full score seen
+        floor, added, touched = 0.0, 0, 0  # floor: an n-th best full score seen
         while added < len(self.terms) and (n is None or self.rest[added] >= floor):
             term = self.terms[added]
             partial[term.ids] += self._share(term, slice(None))
-            added += 1
+            added, touched = added + 1, touched + len(term.ids)
             if n is not None and added < len(self.terms) and \
                     len(self.terms[added].ids) > FLOOR_MIN_POSTINGS:  # worth skipping
                 best, floor = self._floor(partial, best, term.ids, added, n, floor)
-        if left[0] - (left[added] if added < len(left) else 0) < size // 16:
+        if touched < size // 16:
             ids = np.unique(np.concatenate([t.ids for t in self.terms[:added]]))
         else:  # most chunks touched: a pass over the array is cheaper than a sort
             ids = np.flatnonzero(partial).astype(ID)  # every share is above 0
@@ -496,9 +495,9 @@ class Ranking(Mapping):
 
     def __getitem__(self, rowid: int) -> float:
         if 0 <= rowid < 2 ** 32:
-            ids = np.array([rowid], ID)
-            if any(_holding(term, ids)[0][0] for term in self.terms):
-                return float(self._finished(np.zeros(1), ids, 0)[0])
+            score = float(self._finished(np.zeros(1), np.array([rowid], ID), 0)[0])
+            if score > 0:  # every share is above 0: a chunk holding no term scores 0
+                return score
         raise KeyError(rowid)
 
     def __len__(self) -> int:
