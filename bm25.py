@@ -24,7 +24,7 @@ import os
 import sqlite3
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -361,10 +361,8 @@ def scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
     answers then.
 
     Queued chunks are scored from their stored tokens and their segment postings ignored, so
-    what a writer committed counts at once. As bm25() would, with two bounds of ours: with
-    PRUNE_MIN_CHUNKS chunks or more, tokens in half the chunks or more are dropped (their
-    idf is floored at 1e-6: they change no ranking but touch nearly every chunk), unless
-    nothing else is left; and at most MAX_QUERY_TOKENS distinct tokens, the rarest, count.
+    what a writer committed counts at once. As bm25() would, over the terms `choose_terms`
+    keeps (no common ones on a large index, at most MAX_QUERY_TOKENS).
     """
     try:
         queued = np.array([r[0] for r in conn.execute(
@@ -385,7 +383,9 @@ def scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
     average = tokens / chunks
     shortest = min([figures.shortest, *(len(w) for w in fresh.values() if w)])
     found = []
-    for ids, tfs in _postings(conn, _chosen(conn, terms, chunks), figures, stale, fresh):
+    chosen = choose_terms(terms, chunks, _count_bounds(conn, figures, stale, fresh),
+                          _count_exact(conn, figures, stale, fresh))
+    for ids, tfs in _postings(conn, chosen, figures, stale, fresh):
         idf = max(math.log((chunks - len(ids) + 0.5) / (len(ids) + 0.5)), MIN_IDF)
         if allowed is not None:
             keep = np.isin(ids, allowed)
@@ -533,21 +533,88 @@ def _queued_words(conn: sqlite3.Connection, queued: np.ndarray) -> dict[int, lis
     return {rowid: text.split() for rowid, text in conn.execute(QUEUED_TOKENS + ")")}
 
 
-def _chosen(conn: sqlite3.Connection, terms: list[str], chunks: int) -> list[str]:
-    """The terms to score: their document counts from the stored arrays' sizes (dead postings
-    included: this only picks terms, the scores count exactly)."""
+def choose_terms(terms: list[str], chunks: int, bounds: Callable[[list[str]], tuple],
+                 exact: Callable[[list[str]], dict[str, int]] | None = None) -> list[str]:
+    """The query terms BM25 scores, by each term's count of live chunks (the one rule, for
+    these arrays and for FTS5's fallback alike).
+
+    From PRUNE_MIN_CHUNKS chunks on, a term in half the chunks or more is dropped: its idf
+    is floored at 1e-6, so it changes no ranking but touches nearly every chunk ("the",
+    "what"); a query made only of such terms keeps them all. Then at most MAX_QUERY_TOKENS
+    terms count, the rarest: a pasted page is scored on the terms that carry nearly all of
+    BM25's weight, at a bounded cost. A small index with a short query keeps every term.
+
+    `bounds(terms)` gives each term's (low, high) count cheaply; `exact(terms)` counts
+    exactly (None: the bounds are exact) and is asked only where the bounds leave a choice
+    open. Stored arrays hold the postings of edited chunks until a merge drops them: counted
+    as live, an edited word looked common and was dropped (issue 25).
+    """
     if chunks < PRUNE_MIN_CHUNKS and len(terms) <= MAX_QUERY_TOKENS:
         return terms
-    docs = dict.fromkeys(terms, 0)
-    for start in range(0, len(terms), 500):  # SQLite's bound-parameter limit
-        part = terms[start:start + 500]
-        for term, size in conn.execute(
-                "SELECT term, sum(length(ids)) FROM bm25_postings WHERE term IN"
-                f" ({','.join('?' * len(part))}) GROUP BY term", part):
-            docs[term] = size // ID.itemsize
+    low, high = bounds(terms)
+
+    def settle(some: list[str]) -> None:
+        unsure = [t for t in some if low[t] != high[t]]
+        if unsure and exact is not None:
+            counted = exact(unsure)
+            low.update(counted)
+            high.update(counted)
+
     if chunks >= PRUNE_MIN_CHUNKS:
-        terms = [t for t in terms if 2 * docs[t] < chunks] or terms
-    return sorted(terms, key=docs.__getitem__)[:MAX_QUERY_TOKENS]
+        settle([t for t in terms if 2 * low[t] < chunks <= 2 * high[t]])
+        terms = [t for t in terms if 2 * low[t] < chunks] or terms
+    if len(terms) > MAX_QUERY_TOKENS:  # only a term that may be among the rarest is settled
+        cut = sorted(high[t] for t in terms)[MAX_QUERY_TOKENS - 1]
+        settle([t for t in terms if low[t] <= cut])
+    return sorted(terms, key=low.__getitem__)[:MAX_QUERY_TOKENS]
+
+
+def _term_rows(conn: sqlite3.Connection, select: str, terms: list[str]) -> Iterator[tuple]:
+    """`SELECT ... FROM bm25_postings WHERE term IN (terms)`, in parts of 500 terms
+    (SQLite's bound-parameter limit)."""
+    for start in range(0, len(terms), 500):
+        part = terms[start:start + 500]
+        yield from conn.execute(f"SELECT {select} FROM bm25_postings WHERE term IN"
+                                f" ({','.join('?' * len(part))})", part)
+
+
+def _queued_counts(terms: list[str], fresh: dict[int, list[str]]) -> Counter:
+    """How many queued chunks hold each term (their own tokens count, not their postings)."""
+    wanted = set(terms)
+    return Counter(t for words in fresh.values() for t in wanted.intersection(words))
+
+
+def _count_bounds(conn: sqlite3.Connection, figures: _Figures, stale: np.ndarray,
+                  fresh: dict[int, list[str]]) -> Callable[[list[str]], tuple]:
+    """Each term's live chunk count from its stored arrays' sizes, without reading them:
+    exact for a segment with no dead rowids (and nothing queued), else between its size less
+    the rowids that may be dropped and its size."""
+    def bounds(terms: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+        queued = _queued_counts(terms, fresh)
+        low, high = dict(queued), dict(queued)
+        for term in terms:
+            low.setdefault(term, 0)
+            high.setdefault(term, 0)
+        for term, seg, size in _term_rows(conn, "term, seg, length(ids)", terms):
+            n = size // ID.itemsize
+            dead = figures.dead.get(seg)
+            low[term] += n - min(n, (0 if dead is None else len(dead)) + len(stale))
+            high[term] += n
+        return low, high
+    return bounds
+
+
+def _count_exact(conn: sqlite3.Connection, figures: _Figures, stale: np.ndarray,
+                 fresh: dict[int, list[str]]) -> Callable[[list[str]], dict[str, int]]:
+    """Each term's live chunk count, from its arrays as the scores read them."""
+    def exact(terms: list[str]) -> dict[str, int]:
+        counts = dict.fromkeys(terms, 0)
+        counts.update(_queued_counts(terms, fresh))
+        for term, seg, blob in _term_rows(conn, "term, seg, ids", terms):
+            ids = np.frombuffer(blob, ID)
+            counts[term] += len(ids[_kept(ids, figures.dead.get(seg), stale)])
+        return counts
+    return exact
 
 
 def _postings(conn: sqlite3.Connection, terms: list[str], figures: _Figures,
@@ -555,14 +622,10 @@ def _postings(conn: sqlite3.Connection, terms: list[str], figures: _Figures,
     """(rowids ascending, term counts) of each term's chunks: the segments' live postings but
     the `stale` ones, then the queued chunks' own tokens."""
     pieces: dict[str, list[tuple]] = defaultdict(list)
-    for start in range(0, len(terms), 500):
-        part = terms[start:start + 500]
-        for term, seg, blob, tblob in conn.execute(
-                "SELECT term, seg, ids, tfs FROM bm25_postings WHERE term IN"
-                f" ({','.join('?' * len(part))})", part):
-            ids = np.frombuffer(blob, ID)
-            keep = _kept(ids, figures.dead.get(seg), stale)
-            pieces[term].append((ids[keep], np.frombuffer(tblob, TF)[keep]))
+    for term, seg, blob, tblob in _term_rows(conn, "term, seg, ids, tfs", terms):
+        ids = np.frombuffer(blob, ID)
+        keep = _kept(ids, figures.dead.get(seg), stale)
+        pieces[term].append((ids[keep], np.frombuffer(tblob, TF)[keep]))
     wanted, queued = set(terms), defaultdict(list)
     for rowid, words in sorted(fresh.items()):
         for term in wanted.intersection(words):

@@ -31,7 +31,6 @@ from fulltext_schema import FILENAME as FILENAME
 from fulltext_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from fulltext_schema import SchemaError as SchemaError
 from fulltext_schema import connect as connect
-from limits import MAX_QUERY_TOKENS
 
 
 @dataclass(frozen=True)
@@ -484,9 +483,6 @@ def chunks_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int
     return _chunks_where(conn, "id", rowids)
 
 
-BM25_PRUNE_MIN_CHUNKS = 1000  # from this many chunks on, BM25 skips tokens with idf <= 0
-
-
 def fts_totals(conn: sqlite3.Connection) -> tuple[int, int]:
     """(rows, tokens) of chunks_fts, read from FTS5's averages record (rowid 1 of its data
     table: two varints), which is what bm25() itself uses; a count(*) of a million chunks
@@ -510,31 +506,25 @@ def fts_totals(conn: sqlite3.Connection) -> tuple[int, int]:
 
 
 def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
-    """The FTS5 query for these tokens, without those in half the chunks or more.
+    """The FTS5 query for these tokens: those `bm25.choose_terms` keeps, by chunks_fts's own
+    (live) document counts, in query order (the same scores)."""
+    import bm25
 
-    FTS5's idf, log((N - n + 0.5) / (n + 0.5)), is not positive for such a token, so bm25()
-    floors it to 1e-6: it changes no ranking, but makes FTS5 score nearly every chunk ("the",
-    "what"). Dropping it is what keeps BM25 fast on a large index; a small one keeps every
-    token (it is fast anyway, and there every chunk that shares a word stays a hit). A query
-    made only of such tokens keeps them all.
-
-    A query of more than MAX_QUERY_TOKENS distinct tokens (a pasted page) is scored on its
-    rarest ones, which carry nearly all of BM25's weight, so its cost stays bounded.
-    """
     tokens = list(dict.fromkeys(t for t in query_tokens if t))
-    total = fts_totals(conn)[0]
-    if not tokens or (total < BM25_PRUNE_MIN_CHUNKS and len(tokens) <= MAX_QUERY_TOKENS):
+    if not tokens:
         return quote_fts(tokens)
-    _vocabulary(conn, "chunks")
-    docs = dict.fromkeys(tokens, 0)
-    for start in range(0, len(tokens), 500):  # SQLite's bound-parameter limit
-        part = tokens[start:start + 500]
-        docs.update(conn.execute("SELECT term, doc FROM temp.chunks_vocab WHERE term IN"
-                                 f" ({','.join('?' * len(part))})", part).fetchall())
-    if total >= BM25_PRUNE_MIN_CHUNKS:
-        tokens = [t for t in tokens if 2 * docs[t] < total] or tokens
-    rarest = set(sorted(tokens, key=docs.__getitem__)[:MAX_QUERY_TOKENS])
-    return quote_fts([t for t in tokens if t in rarest])  # query order: the same scores
+
+    def counts(terms: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+        _vocabulary(conn, "chunks")
+        docs = dict.fromkeys(terms, 0)
+        for start in range(0, len(terms), 500):  # SQLite's bound-parameter limit
+            part = terms[start:start + 500]
+            docs.update(conn.execute("SELECT term, doc FROM temp.chunks_vocab WHERE term IN"
+                                     f" ({','.join('?' * len(part))})", part).fetchall())
+        return docs, docs  # exact: nothing to settle
+
+    kept = set(bm25.choose_terms(tokens, fts_totals(conn)[0], counts))
+    return quote_fts([t for t in tokens if t in kept])
 
 
 def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],

@@ -310,3 +310,38 @@ def test_segments_schema_8_held_apart_are_merged_on_opening(tmp_path, monkeypatc
     assert {q: dict(bm25.scores(conn, segment.tokens(q))) for q in before} == before
     assert_rowids_sorted(conn)
     assert assert_same_as_fts5(conn, ["report 3", "harbour quarter"]) > 12
+
+
+def test_edited_chunks_dead_postings_do_not_make_a_term_look_common(tmp_path):
+    # issue 25: terms were chosen by their stored arrays' sizes, dead postings included:
+    # 1,200 chunks, "zebra" in 400 files edited twice, and "zebra" (3 x 400 stored postings,
+    # 400 live) looked common and was dropped: 1 chunk matched where FTS5 matches 400
+    docs = [(f"d{i}.txt", f"zebra note {i}" if i < 400 else f"plain note {i}")
+            for i in range(1200)]
+    conn = indexed(tmp_path, docs)
+    for edit in ("first", "second"):
+        for name, text in docs[:400]:
+            add(conn, name, f"{text} {edit} edit")
+        bm25.flush(conn, force=True)
+        conn.commit()
+    stored = conn.execute("SELECT sum(length(ids)) FROM bm25_postings WHERE term = 'zebra'"
+                          ).fetchone()[0] // bm25.ID.itemsize
+    assert stored > 600  # what the old count saw: more than half of the 1,200 chunks
+    assert assert_same_as_fts5(conn, ["zebra number5", "zebra"]) == 800
+    assert len(bm25.scores(conn, segment.tokens("zebra number5"))) == 400
+
+
+def test_the_rarest_cut_counts_live_chunks_only(tmp_path, monkeypatch):
+    # the MAX_QUERY_TOKENS cut was skewed the same way: an edited rare word ranked as common
+    monkeypatch.setattr(bm25, "MAX_QUERY_TOKENS", 2)
+    docs = [(f"d{i}.txt", " ".join(["alpha"] * (i < 30) + ["beta"] * (i < 20)
+                                    + ["gamma"] * (i < 10) + [f"w{i}"])) for i in range(60)]
+    conn = indexed(tmp_path, docs)
+    for _ in range(3):  # gamma's 10 files edited: 40 stored postings, 10 live
+        for name, text in docs[:10]:
+            add(conn, name, text)
+        bm25.flush(conn, force=True)
+        conn.commit()
+    assert conn.execute("SELECT count(*) FROM bm25_dead").fetchone()[0] > 0
+    assert fulltext.bm25_match(conn, ["alpha", "beta", "gamma"]) == '"beta" OR "gamma"'
+    assert_same_as_fts5(conn, ["alpha beta gamma"])
