@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import atomic
+
 # -----------------------------------------------------------------------------
 AUDIO_SUFFIXES = (".mp3", ".wav", ".m4a", ".ogg", ".flac", ".webm", ".mp4")
 PAGE_SECONDS = 600  # one page per 10 minutes of recording: a page a person can scan
@@ -308,14 +310,11 @@ def _cached(path: Path) -> Transcript | None:
 
 def _store(path: Path, transcript: Transcript) -> None:
     """Atomic: a crash leaves the old entry or none, never half a file."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    entry = {"version": CACHE_VERSION, **asdict(transcript)}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        entry = {"version": CACHE_VERSION, **asdict(transcript)}
-        tmp.write_text(json.dumps(entry, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic.write_json(path, entry, indent=None)
     except OSError:  # a read-only or full cache costs time on the next run, nothing else
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 # ----------------------------------------------------------------------------- transcript

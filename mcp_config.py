@@ -35,6 +35,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import atomic
 import kb as kbmod
 
 # ---------------------------------------------------------------------------
@@ -148,10 +149,7 @@ def write_claude(path: Path) -> int:
         print(f"Backed up {path} to {backup}")
     else:
         new_config = merged(config, entry())
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(new_config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_json(path, new_config)
     others = sorted(set(new_config["mcpServers"]) - {NAME})
     print(f"Wrote linecite into {path}" + (f" (kept: {', '.join(others)})" if others else ""))
     return 0

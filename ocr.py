@@ -24,13 +24,13 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import atomic
 import folders
 
 # -----------------------------------------------------------------------------
@@ -150,14 +150,10 @@ class _Job:
 
     def store(self, page: int, entry: dict) -> None:
         """Atomic: a crash leaves the old entry or none, never half a file."""
-        target = self.cache_path(page)
-        tmp = target.with_name(f"{target.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(entry, ensure_ascii=False), encoding="utf-8")
-            os.replace(tmp, target)
+            atomic.write_json(self.cache_path(page), entry, indent=None)
         except OSError:  # a read-only or full cache costs time on the next run, nothing else
-            tmp.unlink(missing_ok=True)
+            pass
 
 
 def default_workers(rss: int | None = None) -> int:

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+import atomic
 import kb as kbmod
 from pidlock import LockBusy, PidLock
 
@@ -45,8 +46,6 @@ WRITER_LOCK = ".writer.lock"  # per KB: held by the one process indexing it (ing
 CANCEL_FILE = ".cancel"
 QUEUE_LOCK_WAIT = 10.0  # seconds to wait for another writer of the queue file
 PROGRESS_EVERY = 0.5  # seconds between progress writes to index-status.json
-REPLACE_TRIES = 10  # os.replace / read attempts while Windows reports the file in use
-REPLACE_BACKOFF = 0.01  # seconds before the 2nd attempt, doubled each time (~4.5 s in all)
 CREATE_NEW_PROCESS_GROUP = 0x00000200  # Windows creation flags (the subprocess constants
 CREATE_BREAKAWAY_FROM_JOB = 0x01000000  # exist only on Windows; values from the Win32 docs)
 CREATE_NO_WINDOW = 0x08000000
@@ -57,42 +56,10 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def retry_in_use(action, what: str):
-    """Run `action()`, again with backoff while Windows says the file is in use.
-
-    Windows refuses to replace, rename or delete a file another process has open (Python opens
-    files without FILE_SHARE_DELETE; Defender and indexers open them too); the holder lets go
-    within milliseconds, so waiting is the fix. Elsewhere a PermissionError means real
-    permissions: the same tries cost seconds before the clear error, once.
-    """
-    delay = REPLACE_BACKOFF
-    for attempt in range(REPLACE_TRIES):
-        try:
-            return action()
-        except PermissionError as err:
-            if attempt == REPLACE_TRIES - 1:
-                raise PermissionError(f"{what}: the file stayed in use by another process "
-                                      f"({err}); close what holds it and try again") from err
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-    return None
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temp.write_text(json.dumps(data, ensure_ascii=False, indent=2), encoding="utf-8")
-    try:
-        retry_in_use(lambda: os.replace(temp, path), f"could not update {path}")
-    except OSError:
-        temp.unlink(missing_ok=True)
-        raise
-
-
 def read_json(path: Path, default: dict) -> dict:
     try:
-        text = retry_in_use(lambda: path.read_text(encoding="utf-8"), f"could not read {path}")
+        text = atomic.retry_in_use(lambda: path.read_text(encoding="utf-8"),
+                                   f"could not read {path}")
         data = json.loads(text)
     except (FileNotFoundError, json.JSONDecodeError):
         return default
@@ -127,7 +94,7 @@ def locked_entries(base: Path) -> Iterator[list[dict]]:
     with _briefly_held(base / "queue.lock", "a queue update"):
         entries = read_json(base / QUEUE_FILE, {"entries": []}).get("entries", [])
         yield entries
-        write_json_atomic(base / QUEUE_FILE, {"entries": entries})
+        atomic.write_json(base / QUEUE_FILE, {"entries": entries})
 
 
 def entries(base: Path) -> list[dict]:
@@ -204,7 +171,7 @@ def update_status(kb_folder: Path, **fields) -> None:
     """Change some fields; under the status lock, so a writer never undoes another's change."""
     kb_folder.mkdir(parents=True, exist_ok=True)
     with _briefly_held(kb_folder / STATUS_LOCK, "a status update"):
-        write_json_atomic(kb_folder / STATUS_FILE, {**read_status(kb_folder), **fields})
+        atomic.write_json(kb_folder / STATUS_FILE, {**read_status(kb_folder), **fields})
 
 
 def _error_text(err: BaseException) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import atomic
 import kb as kbmod
 import mcp_config
 import queue_runner
@@ -248,7 +249,7 @@ def test_status_replace_retries_while_the_file_is_in_use(tmp_path, monkeypatch):
 
 def test_a_file_in_use_for_good_fails_clearly_and_keeps_the_old_one(tmp_path, monkeypatch):
     queue_runner.update_status(tmp_path, status="idle")
-    monkeypatch.setattr(queue_runner, "REPLACE_TRIES", 3)
+    monkeypatch.setattr(atomic, "REPLACE_TRIES", 3)
     fail_first(monkeypatch, queue_runner.os, "replace", 99)
     with pytest.raises(PermissionError, match="stayed in use by another process"):
         queue_runner.update_status(tmp_path, status="running")
