@@ -329,7 +329,6 @@ class RunStatus:
         else:  # another process is indexing this KB: its status stays, ours is noted
             update_status(self.folder, last_run=last)
 
-
     def waits_in_queue(self, error: BaseException | None) -> bool:
         """A queued job that found the KB busy has no result yet: run_entry requeues it."""
         return (self.record["started_by"] == "queue" and not self.started
