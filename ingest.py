@@ -24,7 +24,7 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -536,7 +536,7 @@ def _is_other_file(indexed: str | None, path: Path) -> bool:
 
 
 
-def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
+def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: bool = False,
          progress: bool = False, report: Report | None = None,
          should_stop: Callable[[], bool] | None = None,
          run: queue_runner.RunStatus | None = None) -> Summary:
@@ -547,20 +547,23 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
     or prompt) and embed those chunks again, from the stored text (no file is read); with no
     contextualizer, clear contexts left from an earlier one and embed every chunk again.
     `embedding`: embed every chunk again, for instance after the embedder changed.
+    Several scopes (a merged queue entry) do what each asks, in one run: `full` alone embeds
+    only what changed, so `["embedding", "full"]` still embeds every chunk again.
     """
     import contextualize
 
-    if scope not in kbmod.SCOPES:
+    scopes = {scope} if isinstance(scope, str) else set(scope)
+    if not scopes or not scopes <= set(kbmod.SCOPES):
         raise ValueError(f"scope must be one of {', '.join(kbmod.SCOPES)}, not {scope!r}")
-    if scope == "full" and not kb.source_paths:
+    if "full" in scopes and not kb.source_paths:
         raise kbmod.ConfigError(f"knowledge base {kb.id!r} has no folders to sync; add them to "
                                 f"'sourcePaths' in {kb.folder / 'config.json'}, or index a "
                                 f"file or folder with `python ingest.py PATH --kb {kb.id}`")
 
     def work(indexer: Indexer, summary: Summary) -> None:
-        if scope == "contextualization":
+        if "contextualization" in scopes:
             indexer.contexts.run(indexer.conn, redo=True)
-        if scope == "full":
+        if "full" in scopes:
             plan = folders.plan_sync(indexer.conn, kb, force)
             summary.skipped += plan.skipped
             for name in plan.deleted:
@@ -574,7 +577,7 @@ def sync(kb: kbmod.KnowledgeBase, scope: str = "full", force: bool = False,
     # every vector goes for a new embedder, a forced run, or a context scope with no LLM (it
     # clears old contexts); with an LLM, only the chunks whose context changes are re-embedded
     no_llm = contextualize.contextualizer_for(kb.contextualizer) is None
-    reset = scope == "embedding" or force or (scope == "contextualization" and no_llm)
+    reset = "embedding" in scopes or force or ("contextualization" in scopes and no_llm)
     return _run(kb, work, progress, report, reset_embeddings=reset, run=run)
 
 

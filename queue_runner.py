@@ -5,7 +5,8 @@
     python queue_runner.py prune-orphans    # remove KB folders that lost their config.json
 
 Files at the base folder (`--base-path`, else LINECITE_HOME, else the user data folder):
-- `reindex-queue.json`: `{"entries": [{kb_id, scope, force, deferred, requested_at, running}]}`,
+- `reindex-queue.json`: `{"entries": [{kb_id, scope, scopes, force, deferred, requested_at,
+  running}]}` (a job that found the KB busy also has `waiting`, `busy_since`, `retry_at`),
   rewritten atomically (temp file + os.replace) under `queue.lock`, so two writers never tear it.
 - `orchestrator.lock`: the running orchestrator's PID lock (stale locks are taken over).
 - `logs/queue_runner.log`: what a detached orchestrator printed.
@@ -13,11 +14,18 @@ Files at the base folder (`--base-path`, else LINECITE_HOME, else the user data 
 Per KB: `index-status.json` and `.cancel`, which stops the running job at the next file
 boundary. Every indexing run (queued, `python ingest.py`, the `ingest_file` tool) writes the
 status file while it holds the KB's `.writer.lock`: `running` with its pid and progress at the
-start, `last_run` (counts, errors, how it was started) at the end, under `.status.lock`.
-`live_status` reads it against the lock's live holder, so a killed run shows `interrupted`.
+start, `last_run` (counts, the first MAX_LIST_ROWS errors and `errors_total`, how it was
+started) at the end, under `.status.lock`. `live_status` reads it against the lock's live
+holder, so a killed run shows `interrupted`.
 
-Scopes nest: full ⊃ contextualization ⊃ embedding. A request for a KB that already waits in
-the queue upgrades that entry to the wider scope instead of adding a second one.
+A request for a KB that already waits in the queue joins that entry instead of adding a
+second one, and the entry does what each request asked: `scopes` lists every scope asked
+(`scope` names the widest), and one run does them all (a `full` sync re-embeds only what
+changed, so `embedding` then `full` must still re-embed every chunk); `force` is kept if any
+request forced. A job whose KB another process is writing (a CLI ingest) waits in the queue,
+retried with back-off for up to BUSY_WAIT_MAX; the drain runs other KBs meanwhile. After the
+drain lets its lock go it looks at the queue again: a request that came while it was about to
+exit saw a live orchestrator and started none, so this drain runs it.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from pathlib import Path
 
 import atomic
 import kb as kbmod
+import limits
 from pidlock import LockBusy, PidLock
 
 # ---------------------------------------------------------------------------
@@ -49,6 +58,9 @@ PROGRESS_EVERY = 0.5  # seconds between progress writes to index-status.json
 CREATE_NEW_PROCESS_GROUP = 0x00000200  # Windows creation flags (the subprocess constants
 CREATE_BREAKAWAY_FROM_JOB = 0x01000000  # exist only on Windows; values from the Win32 docs)
 CREATE_NO_WINDOW = 0x08000000
+BUSY_RETRY_FIRST = 2.0  # seconds before a job whose KB was busy is tried again, doubled ...
+BUSY_RETRY_MAX = 60.0  # ... up to this: a finished CLI ingest is noticed within a minute
+BUSY_WAIT_MAX = 12 * 3600.0  # seconds a job waits for a KB's writer before it is failed
 # ---------------------------------------------------------------------------
 
 
@@ -111,24 +123,30 @@ def position(queue: list[dict], kb_id: str) -> int | None:
 
 
 def enqueue(base: Path, kb_id: str, scope: str, force: bool, deferred: bool) -> dict:
-    """Queue a KB, or widen the entry already waiting for it; returns the entry and position."""
+    """Queue a KB, or join the entry already waiting for it (which then does what each request
+    asked: every scope, forced if one was); returns the entry and its position."""
     if scope not in SCOPE_RANK:
         raise ValueError(f"scope must be one of {', '.join(SCOPE_RANK)}, not {scope!r}")
     with locked_entries(base) as queue:
         waiting = next((e for e in queue if e["kb_id"] == kb_id and not e.get("running")), None)
         if waiting is None:
-            waiting = {"kb_id": kb_id, "scope": scope, "force": force, "deferred": deferred,
-                       "requested_at": _now(), "running": False}
+            waiting = {"kb_id": kb_id, "scope": scope, "scopes": [scope], "force": force,
+                       "deferred": deferred, "requested_at": _now(), "running": False}
             queue.append(waiting)
             merged = False
         else:
-            if SCOPE_RANK[scope] > SCOPE_RANK[waiting["scope"]]:
-                waiting["scope"] = scope
+            waiting["scopes"] = sorted({*scopes_of(waiting), scope}, key=SCOPE_RANK.__getitem__)
+            waiting["scope"] = waiting["scopes"][-1]  # the widest, as the answer names it
             waiting["force"] = waiting["force"] or force
             waiting["deferred"] = waiting["deferred"] and deferred
             merged = True
         result = {**waiting, "position": position(queue, kb_id), "merged": merged}
     return result
+
+
+def scopes_of(entry: dict) -> list[str]:
+    """Every scope the entry's requests asked for (an entry queued before `scopes`: its one)."""
+    return entry.get("scopes") or [entry["scope"]]
 
 
 def drop_waiting(base: Path, kb_id: str) -> bool:
@@ -138,14 +156,53 @@ def drop_waiting(base: Path, kb_id: str) -> bool:
         return len(queue) != before
 
 
+def _runnable(entry: dict, sweep_all: bool) -> bool:
+    return not entry.get("running") and (sweep_all or not entry.get("deferred"))
+
+
 def _take_next(base: Path, sweep_all: bool) -> dict | None:
-    """Mark the first runnable entry running (it stays queued until done, so a crash redoes it)."""
+    """Mark the first runnable entry that is due running (it stays queued until done, so a
+    crash redoes it); a job waiting for a busy KB is due at its `retry_at`."""
+    now = time.time()
     with locked_entries(base) as queue:
         for entry in queue:
-            if not entry.get("running") and (sweep_all or not entry.get("deferred")):
+            if _runnable(entry, sweep_all) and entry.get("retry_at", 0) <= now:
                 entry["running"] = True
                 return dict(entry)
     return None
+
+
+def _next_retry(base: Path, sweep_all: bool) -> float | None:
+    """When the earliest job waiting for a busy KB is due (time.time()), None if none waits."""
+    due = [e["retry_at"] for e in entries(base) if _runnable(e, sweep_all) and "retry_at" in e]
+    return min(due, default=None)
+
+
+def _requeue_busy(base: Path, entry: dict, holder: dict | None) -> None:
+    """The job's KB is being written by another process: it waits again, tried after a
+    back-off that doubles up to BUSY_RETRY_MAX; after BUSY_WAIT_MAX it is failed instead."""
+    now = time.time()
+    since = entry.get("busy_since", now)
+    if now - since > BUSY_WAIT_MAX:
+        run = RunStatus(base / entry["kb_id"], "queue", "+".join(scopes_of(entry)),
+                        entry["force"])
+        run.finish(error=RuntimeError(
+            f"the KB stayed busy for {BUSY_WAIT_MAX / 3600:g} h ({_busy_text(holder)}); the "
+            "queued job was dropped: start_reindex again once that run is done"))
+        _finish(base, entry)
+        return
+    delay = min(BUSY_RETRY_FIRST * 2 ** entry.get("busy_tries", 0), BUSY_RETRY_MAX)
+    with locked_entries(base) as queue:
+        for waiting in queue:
+            if waiting.get("running") and waiting["kb_id"] == entry["kb_id"]:
+                waiting.update(running=False, waiting=_busy_text(holder), busy_since=since,
+                               busy_tries=entry.get("busy_tries", 0) + 1, retry_at=now + delay)
+
+
+def _busy_text(holder: dict | None) -> str:
+    if holder is None:
+        return "the KB's writer lock was busy"
+    return f"KB is being written by PID {holder.get('pid')} ({holder.get('purpose')})"
 
 
 def _finish(base: Path, entry: dict) -> None:
@@ -182,7 +239,7 @@ class RunStatus:
     """One indexing run's record in the KB's status file. The run's writer-lock holder calls
     `start` once it holds the lock and `finish` once at the end, before letting the lock go;
     a run that never got the lock records only its `last_run`, leaving a live holder's own
-    status alone."""
+    status alone; a queued job that never got it records nothing (it waits in the queue)."""
 
     def __init__(self, kb_folder: Path, started_by: str, scope: str | None = None,
                  force: bool = False):
@@ -218,12 +275,14 @@ class RunStatus:
 
     def finish(self, summary=None, error: BaseException | None = None) -> None:
         """Record how the run ended (once; later calls do nothing)."""
-        if self.finished:
+        if self.finished or self.waits_in_queue(error):
             return
         self.finished = True
         last = {**self.record, "ok": error is None, "finished_at": _now()}
-        if summary is not None:
-            last.update(cancelled=summary.cancelled, errors=summary.failed,
+        if summary is not None:  # errors bounded like every file list an answer carries
+            last.update(cancelled=summary.cancelled,
+                        errors=summary.failed[:limits.MAX_LIST_ROWS],
+                        errors_total=len(summary.failed),
                         counts={k: getattr(summary, k) for k in ("indexed", "unchanged",
                                                                  "deleted", "embedded",
                                                                  "chunks", "pages")})
@@ -237,19 +296,29 @@ class RunStatus:
         else:  # another process is indexing this KB: its status stays, ours is noted
             update_status(self.folder, last_run=last)
 
+    def waits_in_queue(self, error: BaseException | None) -> bool:
+        """A queued job that found the KB busy has no result yet: run_entry requeues it."""
+        return (self.record["started_by"] == "queue" and not self.started
+                and isinstance(error, LockBusy))
+
 
 def live_status(base: Path, kb_id: str) -> dict:
     """The KB's indexing status as it is now, from the live holder of its writer lock and the
     queue, not from what a run last wrote: `running` (pid, started_by, progress) while any
     process indexes it, a CLI run included; `interrupted` when a run recorded `running` but
     its process is gone (killed, crashed); `queued`; else `idle` or `failed` (last run).
+    `waiting` says why a queued job has not run yet (another process writes the KB).
     `last_run` is the last finished run's record."""
     folder = base / kb_id
     recorded = read_status(folder)
-    place = position(entries(base), kb_id)
+    queue = entries(base)
+    place = position(queue, kb_id)
     info = {"status": recorded.get("status", "idle"), "pid": None, "started_by": None,
             "started_at": None, "progress": None, "queue_position": place,
             "last_run": recorded.get("last_run")}
+    if waiting := next((e["waiting"] for e in queue if e["kb_id"] == kb_id and "waiting" in e
+                        and not e.get("running")), None):
+        info["waiting"] = waiting
     same_run = {k: recorded.get(k) for k in ("pid", "started_by", "started_at", "progress")}
     holder = PidLock(folder / WRITER_LOCK, "").holder()
     if holder is not None:
@@ -327,47 +396,86 @@ def start_orchestrator(base: Path) -> dict:
 # ---------------------------------------------------------------------------
 # the orchestrator
 
-def run_entry(base: Path, entry: dict) -> None:
-    """Run one queued job. Whatever it raises ends as its recorded result (`failed`, with the
-    reason); before, only five exception types did, and any other one killed the drain and
-    left the status `running` for good (issue 14)."""
+def run_entry(base: Path, entry: dict) -> bool:
+    """Run one queued job, every scope it asks in one run; False when it never started
+    because another process holds the KB's writer lock (a CLI ingest): it must wait, not be
+    dropped. Whatever else it raises ends as its recorded result (`failed`, with the reason);
+    before, only five exception types did, and any other one killed the drain and left the
+    status `running` for good (issue 14)."""
     import ingest
 
     folder = base / entry["kb_id"]
     cancel = folder / CANCEL_FILE
     cancel.unlink(missing_ok=True)
-    run = RunStatus(folder, "queue", entry["scope"], entry["force"])
+    scopes = scopes_of(entry)
+    run = RunStatus(folder, "queue", "+".join(scopes), entry["force"])
     try:
         kb = kbmod.load(base, entry["kb_id"])
-        ingest.sync(kb, entry["scope"], entry["force"], should_stop=cancel.exists, run=run)
+        ingest.sync(kb, scopes, entry["force"], should_stop=cancel.exists, run=run)
     except Exception as err:  # the job's failure, not the orchestrator's
+        if run.waits_in_queue(err):
+            return False
         run.finish(error=err)
     finally:
         cancel.unlink(missing_ok=True)
+    return True
+
+
+def _run_one(base: Path, entry: dict) -> None:
+    """Run a job taken from the queue, then drop it, or requeue it when its KB was busy."""
+    print(f"linecite: {'+'.join(scopes_of(entry))} reindex of {entry['kb_id']!r}",
+          file=sys.stderr)
+    try:
+        if not run_entry(base, entry):
+            _requeue_busy(base, entry, PidLock(base / entry["kb_id"] / WRITER_LOCK, "").holder())
+            return
+    except Exception as err:  # not even its result could be written
+        print(f"linecite: reindex of {entry['kb_id']!r} failed and its status could "
+              f"not be recorded: {_error_text(err)}", file=sys.stderr)
+    _finish(base, entry)
+
+
+def _sleep_until(when: float) -> None:
+    """Sleep until `when`, or BUSY_RETRY_FIRST at most: a job queued meanwhile starts soon."""
+    time.sleep(max(0.0, min(when - time.time(), BUSY_RETRY_FIRST)))
+
+
+def _run_queued(base: Path, sweep_all: bool) -> None:
+    """Run jobs until none is left, sleeping while the only ones left wait for busy KBs."""
+    while True:
+        entry = _take_next(base, sweep_all)
+        if entry is not None:
+            _run_one(base, entry)
+        elif (due := _next_retry(base, sweep_all)) is not None:
+            _sleep_until(due)
+        else:
+            return
 
 
 def drain(base: Path, sweep_all: bool = False) -> int:
-    """Run queued jobs until none is left; exit code 3 when another orchestrator runs."""
+    """Run queued jobs until none is left; exit code 3 when another orchestrator runs.
+
+    A request queued after the last look at the queue but before the lock is let go saw a
+    live orchestrator and started none, so the queue is read again once the lock is free: a
+    runnable entry there is drained too, by this process unless another took the lock."""
     lock = PidLock(base / "orchestrator.lock", "the reindex orchestrator")
     try:
         lock.acquire()
     except LockBusy as err:
         print(f"linecite: not starting: {err}", file=sys.stderr)
         return 3
-    try:
-        _requeue_interrupted(base)
-        while (entry := _take_next(base, sweep_all)) is not None:
-            print(f"linecite: {entry['scope']} reindex of {entry['kb_id']!r}", file=sys.stderr)
-            try:
-                run_entry(base, entry)
-            except Exception as err:  # not even its result could be written
-                print(f"linecite: reindex of {entry['kb_id']!r} failed and its status could "
-                      f"not be recorded: {_error_text(err)}", file=sys.stderr)
-            finally:
-                _finish(base, entry)
-    finally:
-        lock.release()
-    return 0
+    while True:
+        try:
+            _requeue_interrupted(base)
+            _run_queued(base, sweep_all)
+        finally:
+            lock.release()
+        if not any(_runnable(e, sweep_all) for e in entries(base)):
+            return 0
+        try:
+            lock.acquire()
+        except LockBusy:  # another orchestrator started meanwhile: it drains them
+            return 0
 
 
 def main(argv: list[str] | None = None) -> int:

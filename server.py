@@ -246,7 +246,8 @@ async def start_reindex(
                     "contextualize and embed what is new; contextualization: redo every "
                     "chunk's context and embedding from the stored text (no file is read "
                     "again); embedding: embed every chunk again (after changing the "
-                    "embedder). Each scope includes the ones after it")] = "full",
+                    "embedder). A second request for a queued KB joins it: the run "
+                    "does every scope asked")] = "full",
     force: Annotated[bool, Field(description="Redo unchanged files too")] = False,
     deferred: Annotated[bool, Field(description="Only queue it; it runs with the next "
                                                 "`queue_runner.py --sweep-all`")] = False,
@@ -254,7 +255,7 @@ async def start_reindex(
     """Queue a reindex of a knowledge base and start the background orchestrator.
 
     Returns at once with the queue position; poll get_index_info for progress. Search keeps
-    working while it runs. A second request for a queued KB widens that entry, never doubles it.
+    working while it runs. A second request for a queued KB joins that entry, never doubles it.
     """
     return await run(ctx, lambda lib: lib.start_reindex(kb_id, scope, force, deferred))
 

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -12,21 +13,31 @@ import pytest
 from conftest import call, clean_env
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
+from test_embedders import Provider
 
 import chroma_store
 import fulltext
 import fulltext_schema
 import ingest
 import kb as kbmod
+import library
+import limits
 import queue_runner
+from pidlock import PidLock
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def make_kb(base: Path, kb_id: str, docs: Path) -> kbmod.KnowledgeBase:
+BM25_ONLY = {"provider": "none"}  # no embedder: a queued run takes a fraction of a second
+
+
+def make_kb(base: Path, kb_id: str, docs: Path,
+            embedding: dict | None = None) -> kbmod.KnowledgeBase:
     kb = kbmod.open_or_create(base, kb_id)
     config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
     config["sourcePaths"] = [str(docs)]
+    if embedding is not None:
+        config["embedding"] = embedding
     (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     return kbmod.load(base, kb_id)
 
@@ -47,6 +58,8 @@ def test_requests_for_one_kb_merge_into_the_widest_scope(tmp_path):
     assert [(e["kb_id"], e["scope"], e["force"], e["deferred"])
             for e in queue_runner.entries(tmp_path)] == [("a", "full", True, False),
                                                          ("b", "full", False, False)]
+    assert (second["scopes"], third["scopes"]) == (["embedding", "full"], [
+        "embedding", "contextualization", "full"])  # every scope asked, each done
     assert (third["position"], other["position"]) == (1, 2)
     with pytest.raises(ValueError, match="scope must be one of"):
         queue_runner.enqueue(tmp_path, "a", "everything", False, False)
@@ -256,3 +269,134 @@ def test_an_unexpected_error_in_run_entry_is_recorded_not_raised(tmp_path, monke
     assert status["status"] == "failed" and status["progress"] is None
     assert status["last_run"]["error"] == "RuntimeError: disk gremlin"
     assert not (kb.folder / queue_runner.WRITER_LOCK).exists()  # the lock was given back
+
+
+def test_a_job_whose_kb_is_busy_waits_for_the_writer_then_runs(tmp_path, monkeypatch):
+    # issue 25 item 3: while a CLI ingest held the KB the queued job failed with LockBusy and
+    # was deleted (`last_run` said LockBusy, the queue was empty)
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 2)
+    kb = make_kb(base, "notes", docs, BM25_ONLY)
+    cli = PidLock(kb.folder / queue_runner.WRITER_LOCK, "indexing of KB 'notes'")
+    cli.acquire()  # the KB's real writer lock, held as `python ingest.py` holds it
+    queue_runner.enqueue(base, "notes", "full", False, False)
+    monkeypatch.setattr(queue_runner, "BUSY_RETRY_FIRST", 0.01)
+    real_sleep, seen = queue_runner._sleep_until, []
+
+    def look_then_the_cli_run_ends(when: float) -> None:  # the drain waits for the KB
+        seen.append((queue_runner.entries(base), queue_runner.live_status(base, "notes")))
+        cli.release()
+        real_sleep(when)
+
+    monkeypatch.setattr(queue_runner, "_sleep_until", look_then_the_cli_run_ends)
+    try:
+        assert queue_runner.drain(base) == 0
+    finally:
+        cli.release()
+    [(waiting, live)] = seen
+    told = f"KB is being written by PID {os.getpid()} (indexing of KB 'notes')"
+    assert [(e["kb_id"], e["running"], e["waiting"]) for e in waiting] == [
+        ("notes", False, told)]
+    assert (live["status"], live["queue_position"], live["waiting"]) == ("running", 1, told)
+    assert live["last_run"] is None  # no LockBusy failure recorded
+    last = queue_runner.read_status(kb.folder)["last_run"]
+    assert last["ok"] and last["started_by"] == "queue" and last["counts"]["indexed"] == 2
+    assert queue_runner.entries(base) == []
+
+
+def test_a_job_whose_kb_stays_busy_too_long_is_failed_saying_why(tmp_path, monkeypatch):
+    # the wait for a busy KB is bounded (BUSY_WAIT_MAX): the drain does not sleep forever
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 1)
+    kb = make_kb(base, "notes", docs, BM25_ONLY)
+    monkeypatch.setattr(queue_runner, "BUSY_RETRY_FIRST", 0.01)
+    monkeypatch.setattr(queue_runner, "BUSY_WAIT_MAX", 0.0)
+    queue_runner.enqueue(base, "notes", "full", False, False)
+    with PidLock(kb.folder / queue_runner.WRITER_LOCK, "indexing of KB 'notes'"):
+        assert queue_runner.drain(base) == 0
+    last = queue_runner.read_status(kb.folder)["last_run"]
+    assert last["ok"] is False and "stayed busy" in last["error"]
+    assert f"PID {os.getpid()}" in last["error"] and "start_reindex again" in last["error"]
+    assert queue_runner.entries(base) == []
+
+
+def test_a_request_queued_while_the_drain_exits_is_run(tmp_path, monkeypatch):
+    # issue 25 item 3: the drain found the queue empty, a server queued a job, saw a live
+    # orchestrator and started none, the drain let its lock go: the job stayed queued for good
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 2)
+    kb = make_kb(base, "notes", docs, BM25_ONLY)
+    real_take_next, answers = queue_runner._take_next, []
+    lib = library.Library(base)
+
+    def found_empty_then_a_request_comes(at: Path, sweep_all: bool) -> dict | None:
+        entry = real_take_next(at, sweep_all)
+        if entry is None and not answers:  # the drain still holds its lock here
+            answers.append(lib.start_reindex("notes", "full", False, False))
+        return entry
+
+    monkeypatch.setattr(queue_runner, "_take_next", found_empty_then_a_request_comes)
+    try:
+        assert queue_runner.drain(base) == 0
+    finally:
+        lib.close()
+    assert answers[0]["orchestrator"]["started"] is False  # it relied on the live drain
+    assert queue_runner.entries(base) == []
+    last = queue_runner.read_status(kb.folder)["last_run"]
+    assert last["ok"] and last["counts"]["indexed"] == 2
+
+
+def test_a_merged_embedding_and_full_request_re_embeds_every_chunk_and_syncs(tmp_path):
+    # issue 34 item 5: `embedding` then `full` merged into `full`, which embeds only what
+    # changed: 0 of 6,154 chunks re-embedded, and the embedder switch never happened
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 3)
+    server = Provider("ollama")
+    try:
+        old = {"provider": "ollama", "model": "bge-m3", "baseUrl": server.url}
+        ingest.sync(make_kb(base, "notes", docs, old))
+        kb = make_kb(base, "notes", docs, {**old, "model": "nomic-embed-text"})  # the switch
+        (docs / "fresh.txt").write_text("The zeppelin hangar reopens in May.", encoding="utf-8")
+        server.requests.clear()
+        queue_runner.enqueue(base, "notes", "embedding", False, False)
+        merged = queue_runner.enqueue(base, "notes", "full", False, False)
+        assert (merged["merged"], merged["scope"], merged["scopes"]) == (
+            True, "full", ["embedding", "full"])
+        assert queue_runner.drain(base) == 0
+        conn = fulltext.connect(kb.fulltext_path, readonly=True)
+        try:
+            chunk_ids = fulltext.all_chunk_ids(conn)
+            assert fulltext.counts(conn)["pending"] == 0
+        finally:
+            conn.close()
+        embedded = [t for r in server.requests for t in r["body"]["input"]]
+        assert {r["body"]["model"] for r in server.requests} == {"nomic-embed-text"}
+        assert len(embedded) == len(chunk_ids) == 4  # every chunk, each once
+        last = queue_runner.read_status(kb.folder)["last_run"]
+        assert last["ok"] and last["scope"] == "embedding+full", last
+        assert (last["counts"]["indexed"], last["counts"]["embedded"]) == (1, 4)  # synced too
+        store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
+        try:
+            assert store.all_ids() == chunk_ids  # the new model's collection holds them all
+        finally:
+            store.close()
+    finally:
+        server.close()
+
+
+def test_last_run_errors_are_bounded_with_the_total_beside(tmp_path):
+    # issue 25 item 8: last_run.errors held every failure of the run, unbounded
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 1)
+    many = limits.MAX_LIST_ROWS + 5
+    for i in range(many):
+        (docs / f"empty{i:03}.txt").write_text("", encoding="utf-8")  # each fails as `empty`
+    make_kb(base, "notes", docs, BM25_ONLY)
+    queue_runner.run_entry(base, {"kb_id": "notes", "scope": "full", "force": False})
+    lib = library.Library(base)
+    try:
+        last = lib.get_index_info("notes")["last_run"]
+    finally:
+        lib.close()
+    assert (len(last["errors"]), last["errors_total"]) == (limits.MAX_LIST_ROWS, many)
+    assert {e["reason"] for e in last["errors"]} == {"empty"} and last["counts"]["indexed"] == 1
