@@ -39,7 +39,7 @@ def test_equally_close_boxes_are_ordered_by_the_page_not_by_their_addresses(desc
     assert _reading_order(boxes) == [2, 1, 0]  # top to bottom, as the first box is met first
 
 
-EXTRACT_TWICE_OVER = """
+EXTRACT_REPEATEDLY = """
 import json, sys
 import extract
 runs = [extract.extract(sys.argv[1]) for _ in range(int(sys.argv[2]))]  # all kept alive
@@ -54,13 +54,13 @@ def test_japanese_pdf_gives_the_same_lines_in_every_run(tmp_path):
     differ (9 of 9 alike on the old code): the addresses pdfminer's ties fell to change with
     what the process did before, so the 2nd and 3rd extraction in one process are what
     catch it, as a server or a long ingest meets them. kampo.pdf's text is pdfminer's, so no
-    page is OCR'd; the worker settings prove that stays true. ~15 s in all."""
+    page is OCR'd; the worker settings prove that stays true. ~6 s in all."""
     pdf = shared_path("corpus", "pdf", "ja", "kampo.pdf")
     runs = []
     for seed, workers in (("1", "1"), ("2", "4"), ("1", "4"), ("2", "1")):
         env = clean_env(PYTHONHASHSEED=seed, LINECITE_OCR_WORKERS=workers,
                         LINECITE_OCR_CACHE=str(tmp_path / f"ocr-{seed}-{workers}"))
-        out = subprocess.run([sys.executable, "-c", EXTRACT_TWICE_OVER, str(pdf), "3"],
+        out = subprocess.run([sys.executable, "-c", EXTRACT_REPEATEDLY, str(pdf), "3"],
                              cwd=ROOT, env=env, capture_output=True, text=True,
                              encoding="utf-8", timeout=300, check=True)
         runs += json.loads(out.stdout)
