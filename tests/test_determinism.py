@@ -53,8 +53,8 @@ def test_japanese_pdf_gives_the_same_lines_in_every_run(tmp_path):
     4, a fresh OCR cache each) extracting it 3 times each. Fresh processes alone rarely
     differ (9 of 9 alike on the old code): the addresses pdfminer's ties fell to change with
     what the process did before, so the 2nd and 3rd extraction in one process are what
-    catch it, as a server or a long ingest meets them. kampo.pdf's text is pdfminer's, so no
-    page is OCR'd; the worker settings prove that stays true. ~6 s in all."""
+    catch it, as a server or a long ingest meets them. kampo.pdf's text is pdfminer's and no
+    page is OCR'd (no jpn pack is needed), so the worker counts only show OCR is no factor. ~6 s."""
     pdf = shared_path("corpus", "pdf", "ja", "kampo.pdf")
     runs = []
     for seed, workers in (("1", "1"), ("2", "4"), ("1", "4"), ("2", "1")):
