@@ -179,15 +179,17 @@ def _pdfium_lost_text(page: pdfium.PdfPage, textpage: pdfium.PdfTextPage) -> boo
 
 
 def _pdfminer_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, set[int]]:
-    """Text of each page with pdfminer.six: slow, but its CMaps read CJK that pdfium misses."""
+    """Text of each page with pdfminer.six: slow, but its CMaps read CJK that pdfium misses.
+    Laid out by pdflayout.py, whose reading order does not change from run to run."""
     from io import StringIO
 
-    from pdfminer.converter import TextConverter
     from pdfminer.layout import LAParams
     from pdfminer.pdfdocument import PDFDocument, PDFPasswordIncorrect
     from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
     from pdfminer.pdfpage import PDFPage
     from pdfminer.pdfparser import PDFParser
+
+    from pdflayout import StableTextConverter
 
     start, texts, manager, chars = time.monotonic(), {}, PDFResourceManager(), 0
     with path.open("rb") as f:
@@ -199,7 +201,7 @@ def _pdfminer_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, se
             if wanted is None or i in wanted:
                 _give_up_if_slow("pdfminer", start, len(texts))
                 out = StringIO()
-                device = TextConverter(manager, out, laparams=LAParams())
+                device = StableTextConverter(manager, out, laparams=LAParams())
                 PDFPageInterpreter(manager, device).process_page(page)
                 device.close()
                 texts[i] = out.getvalue()

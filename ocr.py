@@ -207,7 +207,8 @@ def _run_tesseract(image, lang: str, dpi: int) -> dict:
 
 def _read(job: _Job, pages: list[int], render: Callable[[int], object]) -> tuple[dict, list]:
     """Cache entries for `pages`, running Tesseract for the misses: images are made one at a
-    time in this thread and at most 2 x workers wait, so memory stays flat."""
+    time in this thread and at most 2 x workers wait, so memory stays flat. Warnings come in
+    page order, whichever tesseract finished first."""
     entries = {i: e for i in pages if (e := job.cached(i)) is not None}
     todo = [i for i in pages if i not in entries]
     if not todo:
@@ -215,6 +216,7 @@ def _read(job: _Job, pages: list[int], render: Callable[[int], object]) -> tuple
     lang, missing = languages(job.spec)
     warnings = [f"ocr ran without the {'+'.join(missing)} language pack: {install_help(missing)}"
                 ] if missing else []
+    lost: dict[int, str] = {}  # page -> why it was not read
     running: dict[Future, int] = {}
 
     def collect(done: set[Future]) -> None:
@@ -224,7 +226,7 @@ def _read(job: _Job, pages: list[int], render: Callable[[int], object]) -> tuple
                 entries[page] = future.result()
                 job.store(page, entries[page])
             except Exception as exc:  # a timeout or a tesseract crash costs one page only
-                warnings.append(f"ocr failed on page {page + 1}: {type(exc).__name__}: {exc}"[:300])
+                lost[page] = f"ocr failed on page {page + 1}: {type(exc).__name__}: {exc}"[:300]
 
     with ThreadPoolExecutor(max_workers=job.workers) as pool:
         for page in todo:
@@ -233,11 +235,11 @@ def _read(job: _Job, pages: list[int], render: Callable[[int], object]) -> tuple
             try:  # rendered here, not in the pool: pdfium is not thread-safe
                 image = render(page)
             except Exception as exc:  # one damaged page or frame costs that page only
-                warnings.append(f"ocr skipped page {page + 1}: {type(exc).__name__}: {exc}"[:300])
+                lost[page] = f"ocr skipped page {page + 1}: {type(exc).__name__}: {exc}"[:300]
                 continue
             running[pool.submit(_run_tesseract, image, lang, job.dpi)] = page
         collect(set(running))
-    return entries, warnings
+    return entries, warnings + [lost[page] for page in sorted(lost)]
 
 
 # ----------------------------------------------------------------------------- PDF

@@ -366,3 +366,27 @@ def test_default_workers_keep_the_ingest_and_its_tesseracts_under_the_budget(mon
     assert ocr.default_workers(40 * 2**20) == 6  # not 16, the cores
     monkeypatch.setattr(ocr.os, "cpu_count", lambda: 2)
     assert ocr.default_workers(40 * 2**20) == 2  # nor more than the cores
+
+
+class _Unsavable:
+    """A rendered page whose pixels cannot be written out: tesseract fails on it in the pool."""
+
+    def save(self, *args, **kwargs):
+        raise OSError("disk full")
+
+
+@needs_tesseract
+def test_failed_pages_are_warned_of_in_page_order(tmp_path):
+    # Regression: a page failed in the pool was warned of when its tesseract returned, after
+    # pages skipped later, and futures finishing together came in a set's order, so a source's
+    # warnings could differ from one ingest to the next.
+    def render(page: int):
+        if page == 1:
+            raise ValueError("damaged page")
+        return _Unsavable()
+
+    job = ocr._Job("0" * 64, "eng", 0, tmp_path / "cache", workers=2)
+    entries, warnings = ocr._read(job, [0, 1, 2], render)
+    assert entries == {}
+    assert [w.split(":")[0] for w in warnings] == [
+        "ocr failed on page 1", "ocr skipped page 2", "ocr failed on page 3"]
