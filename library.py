@@ -231,8 +231,9 @@ class Library:
         kb = self.resolve(kb_id)
         if source is not None:
             source = self._source_name(kb, source)
+        vector = mode in ("vector", "auto")
+        embedding, failure = self._query_vector(kb, query) if vector else (None, None)
         with self.reading(kb) as entry, entry.lock:  # no store is closed under a query
-            vector = mode in ("vector", "auto")
             searcher = self._searcher(entry, vector)
             degraded = entry.vector_note if vector else None
             if mode == "vector" and entry.store is None:
@@ -240,7 +241,9 @@ class Library:
                                 "provider 'none'); use search_mode 'bm25', 'exact' or 'auto'")
             fusion = kbmod.search_settings(entry.kb)  # the KB's `search` block
             try:
-                hits = searcher.search(query, top_k, mode, source, **fusion)
+                if failure is not None:
+                    raise failure
+                hits = searcher.search(query, top_k, mode, source, embedding=embedding, **fusion)
             except search.VectorLegError as err:
                 if mode != "auto":
                     raise UserError(f"vector search failed: {err}; use search_mode 'bm25' or "
@@ -254,6 +257,23 @@ class Library:
         if note:
             result["warning"] = note
         return result
+
+    def _query_vector(self, kb_id: str, query: str) -> tuple[list[float] | None, Exception | None]:
+        """(the query's vector, None), (None, the VectorLegError why not) or (None, None) with
+        no store. Made with no lock held: a slow embedder (at most embedders.QUERY_TIMEOUT)
+        then holds up this search alone, never read_range or list_sources on the KB; it reads
+        no SQLite, so the search's snapshot is not split."""
+        import search
+
+        with self.reading(kb_id) as entry:
+            self._searcher(entry)
+            store = entry.store
+        if store is None:
+            return None, None
+        try:
+            return search.query_vector(store, query), None
+        except search.VectorLegError as err:
+            return None, err
 
     def warm_up(self) -> str:
         """Run one search in each KB (up to WARM_KBS), with a word of every script its index

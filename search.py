@@ -4,7 +4,8 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
 
 - BM25 leg: FTS5's formula over segmented tokens, scored from bm25.py's arrays
   (fulltext.bm25_all): the top CANDIDATES by MaxScore, any other chunk looked up.
-- Vector leg: the KB's embedder over Chroma; a vector hit that SQLite does not hold as an
+- Vector leg: the KB's embedder over Chroma (library.py embeds the query before it takes the
+  KB's lock, `query_vector`, and passes the vector in); a vector hit that SQLite does not hold as an
   indexed chunk is dropped (SQLite is the record, Chroma may lag behind it).
 - Fusion, chosen per KB (`search` block of config.json, kb.search_settings): `convex` =
   (1-w) * bm25/max_bm25 + w * cosine; `minmax` = the same with the cosines rescaled to 0-1
@@ -69,6 +70,12 @@ def _vector_failures() -> Iterator[None]:
         yield
     except Exception as err:
         raise VectorLegError(f"{type(err).__name__}: {str(err)[:300]}") from err
+
+
+def query_vector(store, query: str) -> list[float]:
+    """The query's embedding from the store's embedder; any failure as a VectorLegError."""
+    with _vector_failures():
+        return store.embed_query(query)
 
 
 @dataclass
@@ -228,7 +235,9 @@ class Searcher:
         self.tokenize = tokenize
 
     def search(self, query: str, top_k: int = 10, mode: Mode = "auto", source: str | None = None,
-               fusion: Fusion = DEFAULT_FUSION, vector_weight: float | None = None) -> list[Hit]:
+               fusion: Fusion = DEFAULT_FUSION, vector_weight: float | None = None,
+               embedding: list[float] | None = None) -> list[Hit]:
+        """The hits; `embedding` is the query's vector when the caller made it already."""
         if mode == "exact":
             return self._exact(query, top_k, source)
         use_bm25 = mode in ("auto", "bm25")
@@ -236,7 +245,7 @@ class Searcher:
         if use_vector and self.store is None:
             raise ValueError("this knowledge base has no embedder; use search_mode 'bm25'")
         candidates: dict[str, Candidate] = {}
-        nearest = self._nearest(query, source) if use_vector else None
+        nearest = self._nearest(query, source, embedding) if use_vector else None
         # every matching chunk's BM25, read once: the ranked leg and _complete both use it
         bm25 = fulltext.bm25_all(self.conn, self.tokenize(query), source) if use_bm25 else {}
         if use_bm25:
@@ -282,15 +291,15 @@ class Searcher:
             if cand.bm25_rank is None:
                 cand.bm25 = bm25.get(cand.row["id"], 0.0)
 
-    def _nearest(self, query: str, source: str | None) -> Future:
-        """The query's embedding and its nearest chunks, worked out in a thread while the BM25
-        leg runs: on a first search, loading the embedder and the vector index then overlaps
+    def _nearest(self, query: str, source: str | None, embedding: list[float] | None) -> Future:
+        """The query's embedding (unless given) and its nearest chunks, worked out in a thread
+        while the BM25 leg runs: on a first search, loading the vector index then overlaps
         loading the Korean or Chinese segmenter instead of following it."""
 
         def work() -> tuple:
-            embedding = self.store.embed_query(query)
+            vector = embedding or self.store.embed_query(query)
             where = {"source": source} if source else None
-            return embedding, self.store.query(embedding, CANDIDATES, where)
+            return vector, self.store.query(vector, CANDIDATES, where)
 
         return _vector_threads.submit(work)
 

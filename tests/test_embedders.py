@@ -291,9 +291,9 @@ def test_429_waits_for_retry_after_then_succeeds(provider) -> None:
                                  "status": "RESOURCE_EXHAUSTED"}}}[provider.kind]
     provider.script = [(429, {"Retry-After": "1"}, busy)]
     started = time.monotonic()
-    vector = embedder_for(config_for(provider)).embed_query("patience")
+    vectors = embedder_for(config_for(provider)).embed_documents(["patience"])
     assert time.monotonic() - started >= 1.0
-    assert same(vector, unit(fake_vector("patience", 256)))
+    assert same(vectors, [unit(fake_vector("patience", 256))])
     assert len(provider.requests) == 2
 
 
@@ -305,8 +305,15 @@ def test_5xx_backs_off_then_succeeds_and_gives_up_when_bounded(provider, fast_re
     monkeypatch.setattr(embedders, "MAX_ATTEMPTS", 3)
     provider.script = [(502, {}, {"error": "bad gateway"})] * 5
     with pytest.raises(EmbedderUnreachable, match="after 3 tries"):
-        embedder_for(config_for(provider)).embed_query("x")
+        embedder_for(config_for(provider)).embed_documents(["x"])
     assert len(provider.requests) == 6
+    # a search's query is not retried: one request, then the breaker skips the endpoint
+    embedder = embedder_for(config_for(provider))
+    with pytest.raises(EmbedderUnreachable, match=r"did not embed the query \(HTTP 502\)"):
+        embedder.embed_query("x")
+    with pytest.raises(embedders.EmbedderPaused, match="failing since"):
+        embedder.embed_query("x")
+    assert len(provider.requests) == 7
 
 
 def test_wrong_dimension_and_dead_server_are_clear_errors(provider) -> None:
