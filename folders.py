@@ -87,7 +87,16 @@ def discover(targets: list[Path], source_name: str | None = None,
             if prefix is None:  # the same folder named twice: its files once
                 continue
             for path in _files_in(root, prefix, skipped, unlisted):
-                yield path, _name(prefix, root, path)
+                name = _name(prefix, root, path)
+                if len(name) <= limits.MAX_NAME_CHARS:
+                    yield path, name
+                else:  # read_range would refuse it: say so instead of making it
+                    skipped.append({"path": limits.path_text(path), "reason": "name-too-long",
+                                    "name": name[:limits.ECHO_CHARS] + "...",
+                                    "detail": f"its source name would be {len(name):,} "
+                                              f"characters, over the limit of "
+                                              f"{limits.MAX_NAME_CHARS:,}; move it to a "
+                                              "shorter path to index it"})
         else:
             yield target, source_name or limits.source_name(target.name)
 

@@ -148,6 +148,16 @@ async def test_escaped_names_are_searched_and_read_back_over_stdio(tmp_path):
         assert "U+000A" in text and "\\x0a" in text
 
 
+def test_a_name_over_the_bound_is_skipped_not_made(tmp_path):
+    # a made name read_range would refuse (over limits.MAX_NAME_CHARS) is never created
+    docs = tmp_path / "docs"
+    deep = docs.joinpath(*["d" * 200] * 5)
+    write_raw(docs, {b"short.txt": "short"})
+    write_raw(deep, {b"deep.txt": "deep"})
+    summary = ingest.sync(bm25_kb(tmp_path / "base", "kb", [docs]))
+    assert (summary.indexed, [s["reason"] for s in summary.skipped]) == (1, ["name-too-long"])
+
+
 # ---------------------------------------------------------------------------
 # issue 25 item 5: folders that cannot be listed
 
