@@ -2,10 +2,11 @@
 
 Folder sync's first half, with no model and no write: `discover` lists the documents under
 the KB's folders (links that lead outside a folder, Office lock files, dot files and files
-Windows hides are left out; links out and files of unsupported formats, counted by
-extension, are reported in `skipped`), names each as its source
-(`<folder>/<relative path>`, unique per KB by construction), and `plan_sync` compares them
-with fulltext.sqlite3: added, modified (size and mtime, then SHA-256), deleted. ingest.py
+Windows hides are left out; links out, files of unsupported formats, counted by extension,
+and folders that cannot be listed are reported in `skipped`), names each as its source
+(`<folder>/<relative path>` through limits.source_name, unique per KB by construction), and
+`plan_sync` compares them with fulltext.sqlite3: added, modified (size and mtime, then
+SHA-256), deleted (never a source under a folder that could not be listed). ingest.py
 indexes what the plan says; `check_changes` shows the plan as it is. `file_sha256` is the one
 file hasher (change tests here, the OCR and transcript caches).
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import fulltext
+import limits
 
 if TYPE_CHECKING:
     import kb as kbmod
@@ -54,7 +56,7 @@ class SyncPlan:
     modified: list[tuple[Path, str]] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
-    skipped: list[dict] = field(default_factory=list)  # links leading out of the folder
+    skipped: list[dict] = field(default_factory=list)  # links out, unlistable folders, ...
 
     def to_json(self) -> dict:
         return {"added": [name for _, name in self.added],
@@ -63,25 +65,46 @@ class SyncPlan:
 
 
 def discover(targets: list[Path], source_name: str | None = None,
-             skipped: list[dict] | None = None) -> Iterator[tuple[Path, str]]:
+             skipped: list[dict] | None = None,
+             unlisted: list[Path] | None = None) -> Iterator[tuple[Path, str]]:
     """(file, source name) for each file to index: a file as named, a folder's files recursively.
 
     A folder's files are named `<prefix>/<relative path>` so two folders' `README.md` differ;
     the prefix is the folder's name, made unique among `targets` (see folder_prefixes).
-    Links that lead out of the folder are not followed; they go to `skipped`.
+    Links that lead out of the folder are not followed; they go to `skipped`, and so do the
+    folders that could not be listed, which also go to `unlisted`. Given `unlisted`, every
+    target is a folder (a KB's sourcePaths): one that is missing is unavailable, not a file.
     """
-    roots = list(dict.fromkeys(t.resolve() for t in targets if t.is_dir()))
+    folders_only = unlisted is not None
+    skipped = skipped if skipped is not None else []
+    unlisted = unlisted if unlisted is not None else []
+    roots = list(dict.fromkeys(t.resolve() for t in targets if folders_only or t.is_dir()))
     prefixes = folder_prefixes(roots)
     for target in targets:
-        if target.is_dir():
+        if folders_only or target.is_dir():
             root = target.resolve()
             prefix = prefixes.pop(root, None)
             if prefix is None:  # the same folder named twice: its files once
                 continue
-            for path in _files_in(root, prefix, skipped if skipped is not None else []):
-                yield path, f"{prefix}/{path.relative_to(root).as_posix()}"
+            for path in _files_in(root, prefix, skipped, unlisted):
+                name = _name(prefix, root, path)
+                if len(name) <= limits.MAX_NAME_CHARS:
+                    yield path, name
+                else:  # read_range would refuse it: say so instead of making it
+                    skipped.append({"path": limits.path_text(path), "reason": "name-too-long",
+                                    "name": name[:limits.ECHO_CHARS] + "...",
+                                    "detail": f"its source name would be {len(name):,} "
+                                              f"characters, over the limit of "
+                                              f"{limits.MAX_NAME_CHARS:,}; move it to a "
+                                              "shorter path to index it"})
         else:
-            yield target, source_name or target.name
+            yield target, source_name or limits.source_name(target.name)
+
+
+def _name(prefix: str, root: Path, path: Path, tail: str = "") -> str:
+    """The source name of `path` in the folder `root` named `prefix` (`tail`: "/" for a
+    folder's name)."""
+    return limits.source_name("/".join([prefix, *path.relative_to(root).parts]) + tail)
 
 
 def folder_prefixes(roots: list[Path]) -> dict[Path, str]:
@@ -105,16 +128,38 @@ def folder_prefixes(roots: list[Path]) -> dict[Path, str]:
     return prefixes
 
 
-def _files_in(root: Path, prefix: str, skipped: list[dict]) -> list[Path]:
+def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]) -> list[Path]:
     """The supported files under `root` (resolved) whose real path lies inside it: the rule
     ingest_file applies, so a link in a synced folder cannot serve /etc/passwd. Linked folders
     (symlinks, junctions) are never descended into: one leading out, or a loop, could reach any
-    file, and one leading in only repeats files found where they are."""
+    file, and one leading in only repeats files found where they are. A folder that cannot be
+    listed goes to `unlisted` and `skipped`: os.walk dropped it silently, and sync then deleted
+    the sources of an offline share or a locked folder as if its files were gone (issue 25)."""
     import extract
 
+    if not root.is_dir():
+        unlisted.append(root)
+        skipped.append({"path": limits.path_text(root), "name": _name(prefix, root, root, "/"),
+                        "reason": "unavailable",
+                        "detail": f"{limits.path_text(root)} is not reachable (a drive or share "
+                                  "offline, or the folder moved); its sources are kept until it "
+                                  "is back, or remove it from sourcePaths to drop them"})
+        return []
     found: list[Path] = []
     unsupported: dict[str, list[str]] = {}  # extension -> files no extractor reads
-    for here, folders, files in os.walk(root):
+
+    def unlistable(err: OSError) -> None:
+        folder = Path(err.filename)
+        unlisted.append(folder)
+        skipped.append({"path": limits.path_text(folder),
+                        "name": _name(prefix, root, folder, "/"),
+                        "reason": "unlistable",
+                        "detail": f"cannot list {limits.path_text(folder)} "
+                                  f"({err.strerror or err}); the sources under it are kept "
+                                  "until it lists again (fix its permissions, shorten its "
+                                  "path or bring its drive online)"})
+
+    for here, folders, files in os.walk(root, onerror=unlistable):
         for name in list(folders):
             folder = Path(here, name)
             if _not_a_document(folder):
@@ -131,7 +176,7 @@ def _files_in(root: Path, prefix: str, skipped: list[dict]) -> list[Path]:
                 continue
             if not extract.supported(path):
                 unsupported.setdefault(path.suffix.lower() or "(none)", []).append(
-                    f"{prefix}/{path.relative_to(root).as_posix()}")
+                    _name(prefix, root, path))
                 continue
             real = _real(path) if path.is_symlink() else path
             if (real is not None and not _skip_if_outside(root, prefix, path, real, skipped)
@@ -169,11 +214,13 @@ def _skip_if_outside(root: Path, prefix: str, path: Path, real: Path,
     """Report `path` in `skipped` when its real place `real` is outside `root`."""
     if real.is_relative_to(root):
         return False
-    relative = path.relative_to(root).as_posix() + ("/" if real.is_dir() else "")
-    skipped.append({"path": str(path), "name": f"{prefix}/{relative}",
-                    "reason": "outside-folder", "target": str(real),
-                    "detail": f"{path} leads to {real}, outside {root}; it is not indexed "
-                              "(copy the file into the folder to index it)"})
+    path_text, real_text = limits.path_text(path), limits.path_text(real)
+    tail = "/" if real.is_dir() else ""
+    skipped.append({"path": path_text, "name": _name(prefix, root, path, tail),
+                    "reason": "outside-folder", "target": real_text,
+                    "detail": f"{path_text} leads to {real_text}, outside "
+                              f"{limits.path_text(root)}; it is not indexed (copy the file "
+                              "into the folder to index it)"})
     return True
 
 
@@ -200,17 +247,12 @@ def attachment_sources(sources: Iterable[tuple[str, str | None]]) -> set[str]:
 
 def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
     """Compare the KB's folders with what is indexed; reads files' metadata, calls no model."""
-    import kb as kbmod
-
     folders = [Path(p).expanduser().resolve() for p in kb.source_paths]
-    missing = [str(f) for f in folders if not f.is_dir()]
-    if missing:
-        raise kbmod.ConfigError(f"{kb.folder / 'config.json'}: field 'sourcePaths' names "
-                                f"folders that do not exist: {', '.join(missing)}")
     plan = SyncPlan()
     seen: set[str] = set()
     seen_paths: set[str] = set()  # os.path.normcase of every file found
-    for path, name in discover(folders, skipped=plan.skipped):
+    unlisted: list[Path] = []  # folders whose sources stay as they are
+    for path, name in discover(folders, skipped=plan.skipped, unlisted=unlisted):
         seen.add(name)
         seen_paths.add(os.path.normcase(path))
         row = fulltext.source_row(conn, name)
@@ -228,6 +270,8 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
         if source["name"] in attachments:
             continue  # a mail's attachment: it goes and comes with its mail (ingest.py)
         path = Path(source["path"] or "")
+        if any(path.is_relative_to(folder) for folder in unlisted):
+            continue
         inside = any(path.is_relative_to(folder) for folder in folders)
         gone = not path.exists() or os.path.normcase(path) in seen_paths
         if inside and source["name"] not in seen and gone:

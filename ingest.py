@@ -31,6 +31,7 @@ from pathlib import Path
 import folders
 import fulltext
 import kb as kbmod
+import limits
 import queue_runner
 from pidlock import LockBusy, PidLock
 
@@ -263,26 +264,27 @@ class Indexer:
         try:
             stat = path.stat()
         except OSError as err:
-            self._fail(fulltext.SourceFile(name, str(path), "", 0, 0.0), *_unreadable(path, err),
-                       summary)
+            self._fail(fulltext.SourceFile(name, limits.path_text(path), "", 0, 0.0),
+                       *_unreadable(path, err), summary)
             return
+        where = limits.path_text(path.resolve())  # undecodable bytes escaped, as in names
         row = fulltext.source_row(self.conn, name)
         known = not force and row is not None and row["state"] not in folders.RETRY_STATES
         if known and folders.same_stat(row, stat):
             summary.unchanged += 1
             return
         if stat.st_size > self.max_file_bytes:  # checked before the file is hashed or read
-            self._fail(fulltext.SourceFile(name, str(path.resolve()), "", stat.st_size,
+            self._fail(fulltext.SourceFile(name, where, "", stat.st_size,
                                            stat.st_mtime), "too-large",
                        _too_large(path, stat.st_size, self.max_file_bytes), summary)
             return
         try:
             digest = folders.file_sha256(path)
         except OSError as err:  # deleted, locked or unreadable since it was found: this file
-            self._fail(fulltext.SourceFile(name, str(path.resolve()), "", stat.st_size,  # only
+            self._fail(fulltext.SourceFile(name, where, "", stat.st_size,  # only
                                            stat.st_mtime), *_unreadable(path, err), summary)
             return
-        src = fulltext.SourceFile(name, str(path.resolve()), digest, stat.st_size, stat.st_mtime)
+        src = fulltext.SourceFile(name, where, digest, stat.st_size, stat.st_mtime)
         if known and row["sha256"] == src.sha256:
             fulltext.touch_source(self.conn, name, src.size, src.mtime)
             summary.unchanged += 1
@@ -320,7 +322,8 @@ class Indexer:
             return
         noise = chunking.noise_lines(doc.pages)
         chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.tokens)
-        warnings = doc.warnings + ([] if chunks or no_speech else [_no_chunks_warning(lines)])
+        warnings = [limits.path_text(w) for w in doc.warnings]  # they may name the file
+        warnings += [] if chunks or no_speech else [_no_chunks_warning(lines)]
         fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, warnings)
         summary.warnings += [{"source": src.name, "warning": w} for w in warnings]
         summary.indexed += 1
@@ -338,7 +341,7 @@ class Indexer:
         missing behind an unchanged mail."""
         import extract
 
-        names = {f"{mail.name}/{item.name}" for item in attachments}
+        names = {_attachment_name(mail, item) for item in attachments}
         for old in fulltext.attachment_names(self.conn, mail.name):
             if old not in names:
                 fulltext.delete_source(self.conn, old)
@@ -346,7 +349,7 @@ class Indexer:
         with tempfile.TemporaryDirectory(prefix="linecite-mail-",
                                          ignore_cleanup_errors=True) as tmp:
             for number, item in enumerate(attachments):
-                name = f"{mail.name}/{item.name}"
+                name = _attachment_name(mail, item)
                 digest = hashlib.sha256(item.data if item.pages is None else
                                         "\f".join(map("\n".join, item.pages)).encode()
                                         ).hexdigest()
@@ -369,6 +372,7 @@ class Indexer:
                     self._commit(src, file, doc, summary)
 
     def _fail(self, src: fulltext.SourceFile, reason: str, detail: str, summary: Summary) -> None:
+        detail = limits.path_text(detail)  # it may name the file
         state = fulltext.record_failure(self.conn, src, reason, detail)
         summary.failed.append({"source": src.name, "path": src.path, "reason": reason,
                                "detail": detail, "state": state})
@@ -411,6 +415,11 @@ class Indexer:
         if self.store is not None:
             self.store.reset()
         fulltext.set_all_pending(self.conn)
+
+
+def _attachment_name(mail: fulltext.SourceFile, item) -> str:
+    """`<mail's name>/<attachment's file name>`: a header's name can hold any character."""
+    return f"{mail.name}/{limits.source_name(item.name)}"
 
 
 def _unreadable(path: Path, err: OSError) -> tuple[str, str]:
@@ -493,7 +502,9 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
            force: bool = False, progress: bool = False, report: Report | None = None,
            run: queue_runner.RunStatus | None = None) -> Summary:
     """Index files and folders into a KB and return what happened. Raises SourceNameTaken,
-    before any work, when a name already names another file's source."""
+    before any work, when a name already names another file's source, and limits.UserError
+    for a `source_name` no tool would take."""
+    limits.check_name(source_name, "source name")
     skipped: list[dict] = []
     files = list(folders.discover(targets, source_name, skipped))
     _refuse_taken_names(kb, files)
@@ -738,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
                                      f"`python ingest.py --kb {kb.id}` or start_reindex keeps it "
                                      "current (--once indexes a folder without following it)")
     except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError,
-            SourceNameTaken) as err:
+            SourceNameTaken, limits.UserError) as err:
         print(f"linecite: {err}", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as err:

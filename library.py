@@ -225,7 +225,7 @@ class Library:
         import search
 
         check_text(query, "query", limits.MAX_QUERY_CHARS, allow_newlines=True)
-        check_text(source, "source", limits.MAX_NAME_CHARS)
+        limits.check_name(source, "source")
         if not query.strip():
             raise UserError("query is empty; pass the words, name or number to look for")
         kb = self.resolve(kb_id)
@@ -296,7 +296,7 @@ class Library:
 
     def read_range(self, source: str, page: int, line_start: int, line_end: int, context: int,
                    kb_id: str | None, char_offset: int = 0) -> dict:
-        check_text(source, "source", limits.MAX_NAME_CHARS)
+        limits.check_name(source, "source")
         if line_end == 0 or (line_end != -1 and line_end < line_start):
             raise UserError(f"line_end {line_end} is before line_start {line_start}; give "
                             "line_end >= line_start, or -1 for the end of the page")
@@ -338,7 +338,7 @@ class Library:
         import queue_runner
 
         check_text(path, "path", limits.MAX_PATH_CHARS)
-        check_text(source_name, "source_name", limits.MAX_NAME_CHARS)
+        limits.check_name(source_name, "source_name")
         check_kb_arg(kb_id)
         known = self.kb_ids()
         if known and kb_id is not None and kb_id not in known:

@@ -8,6 +8,7 @@ on. The README's "Security" section lists these numbers; change them here only.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 # ---------------------------------------------------------------------------
@@ -22,6 +23,9 @@ MAX_HIT_CHARS = 4000  # characters of one hit's text
 MAX_READ_CHARS = 40_000  # characters of all the lines one read_range returns
 MAX_READ_LINES = 500  # lines one read_range returns
 MAX_LIST_ROWS = 200  # sources per list_sources page; files per list in other answers
+NAME_ESCAPED = ("\x00-\x1f\x7f-\x9f"  # C0, DEL, C1: line breaks and terminal codes
+                "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks: spoofed names
+                "\u2028\u2029\ud800-\udfff")  # line separators; lone surrogates (bytes)
 ECHO_CHARS = 80  # how much of a refused value an error message repeats
 CUT_MARK = " [...]"  # ends a line or hit text that was cut
 # ---------------------------------------------------------------------------
@@ -36,6 +40,12 @@ def shown(value: str) -> str:
     return repr(value if len(value) <= ECHO_CHARS else value[:ECHO_CHARS] + "...")
 
 
+def check_length(value: str, what: str, max_chars: int) -> None:
+    if len(value) > max_chars:
+        raise UserError(f"{what} is {len(value):,} characters long; the limit is {max_chars:,}. "
+                        f"Shorten it{' to the words that matter' if what == 'query' else ''}")
+
+
 def check_text(value: str | None, what: str, max_chars: int,
                allow_newlines: bool = False) -> None:
     """Refuse a string argument that is too long or holds control characters (NUL included).
@@ -44,14 +54,61 @@ def check_text(value: str | None, what: str, max_chars: int,
     """
     if value is None:
         return
-    if len(value) > max_chars:
-        raise UserError(f"{what} is {len(value):,} characters long; the limit is {max_chars:,}. "
-                        f"Shorten it{' to the words that matter' if what == 'query' else ''}")
+    check_length(value, what, max_chars)
     allowed = "\t\n\r" if allow_newlines else "\t"
     bad = next((c for c in value if c not in allowed and unicodedata.category(c) == "Cc"), None)
     if bad is not None:
         raise UserError(f"{what} holds the control character U+{ord(bad):04X}; remove it "
                         "(names, paths and queries are plain text)")
+
+
+_REFUSED = re.compile(f"[{NAME_ESCAPED}]")  # in a name given by an agent
+_ESCAPED = re.compile(f"[{NAME_ESCAPED}\\\\]")  # ... and the escape character
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def source_name(path_text: str) -> str:
+    """The name a file is cited by, made from its path (relative to its followed folder, with
+    `/` between folders) or its file name: the one rule for every name the indexer makes.
+
+    What no tool may take in a name is written as a visible escape: a byte that is no UTF-8
+    (os.fsdecode made it a surrogate U+DC80-U+DCFF) as `\\xff`, a C0 control or DEL as
+    `\\x0a`, any other character of NAME_ESCAPED as `\\u202e`, and the backslash itself as
+    `\\\\` (Windows never has one in a file name). Each character maps on its own and the
+    escapes cannot be confused, so two paths never give one name, the name is the same on
+    every run, and the path can be read back from it. `new\\nline.txt` was indexed as is and
+    read_range then refused its name; `b\\xff.txt` stopped the whole sync (issue 34).
+    """
+    if not _ESCAPED.search(path_text):
+        return path_text
+    return _ESCAPED.sub(_escape, path_text)
+
+
+def path_text(path) -> str:
+    """A path as text that SQLite and JSON take: undecodable bytes written as in source_name."""
+    return _SURROGATE.sub(_escape, str(path))
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    if code == 0x5C:
+        return "\\\\"
+    if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's stand-in for the byte code - 0xDC00
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
+
+
+def check_name(value: str | None, what: str) -> None:
+    """Refuse a source name that is too long or holds a character source_name escapes: no
+    source is ever named so, and an agent gets the name search and list_sources give."""
+    if value is None:
+        return
+    check_length(value, what, MAX_NAME_CHARS)
+    bad = _REFUSED.search(value)
+    if bad is not None:
+        raise UserError(f"{what} holds the character U+{ord(bad.group()):04X}; source names "
+                        f"write it as {source_name(bad.group())} (give the name as search or "
+                        "list_sources shows it)")
 
 
 def cut(text: str, max_chars: int) -> tuple[str, bool]:

@@ -119,9 +119,8 @@ def test_sync_without_folders_says_how_to_add_them(tmp_path):
     kb = kbmod.open_or_create(tmp_path, "empty")
     with pytest.raises(kbmod.ConfigError, match="sourcePaths"):
         ingest.sync(kb)
-    kb = make_kb(tmp_path, [tmp_path / "nowhere"])
-    with pytest.raises(kbmod.ConfigError, match="do not exist"):
-        ingest.sync(kb)
+    kb = make_kb(tmp_path, [tmp_path / "nowhere"])  # an offline share: unavailable, kept
+    assert [s["reason"] for s in ingest.sync(kb).skipped] == ["unavailable"]
 
 
 @pytest.mark.parametrize("config, field", [
