@@ -49,7 +49,8 @@ TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
 # about 0.7 GB at the cap, twice that for CJK (Python keeps 2 bytes a character for it).
 
 REASONS = ("not-found", "unsupported-format", "password-protected", "corrupt", "empty", "binary",
-           "too-large", "ocr-unavailable", "audio-unavailable", "converter-unavailable")
+           "too-large", "zip-bomb", "ocr-unavailable", "audio-unavailable",
+           "converter-unavailable")
 
 
 @dataclass
@@ -423,7 +424,9 @@ def check_zip(path: Path) -> None:
     """Refuse zip bombs before any parser inflates them: sizes, entry count, ratio.
 
     DOCX, XLSX, PPTX, HWPX and OFD are zip files; their parsers trust the archive, so the
-    sizes its directory declares are checked here first.
+    sizes its directory declares are checked here first. The reason is "zip-bomb", not
+    "too-large": no setting raises these limits, so the source ends `failed`, not as a
+    `needs_action` the user could fix.
     """
     import zipfile
 
@@ -441,9 +444,10 @@ def check_zip(path: Path) -> None:
             or any(m.file_size > 2**20 and m.file_size > ZIP_MAX_RATIO * max(m.compress_size, 1)
                    for m in members))
     if bomb:
-        raise ExtractError("too-large", f"{path.name} would unpack to {total / 2**20:.0f} MB in "
-                                        f"{len(members)} entries, past the safety limits "
-                                        "(possible zip bomb); it was not opened.")
+        raise ExtractError("zip-bomb", f"{path.name} would unpack to {total / 2**20:.0f} MB in "
+                                       f"{len(members)} entries, past the safety limits "
+                                       "(possible zip bomb); it was not opened and cannot be "
+                                       "indexed.")
 
 
 def extract_image(path: Path) -> Extracted:

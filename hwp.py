@@ -231,7 +231,7 @@ def pages_from_parts(parts: list[tuple[str, bytes]], path: Path) -> list[list[st
 def extract_hwpx(path: Path) -> Extracted:
     """An HWPX document (zip + OWPML XML); see the module docstring for pages and lines."""
     path = Path(path)
-    check_zip(path)  # raises "corrupt" for a broken zip, "too-large" for a bomb
+    check_zip(path)  # raises "corrupt" for a broken zip, "zip-bomb" for a bomb
     with zipfile.ZipFile(path) as archive:
         names = _section_names(archive, path)
         if not names:

@@ -26,6 +26,14 @@ MAX_LIST_ROWS = 200  # sources per list_sources page; files per list in other an
 NAME_ESCAPED = ("\x00-\x1f\x7f-\x9f"  # C0, DEL, C1: line breaks and terminal codes
                 "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks: spoofed names
                 "\u2028\u2029\ud800-\udfff")  # line separators; lone surrogates (bytes)
+MAX_POSITION = 1_000_000_000  # a page, line or character number, an offset into a list
+# (ten times the most text one file yields by default; SQLite's integers end at 2**63)
+MAX_TOP_K = 50  # hits one search returns
+MAX_REQUEST_BYTES = 256 * 1024  # one HTTP request body: a 4,096-character path written as
+# 12-byte JSON escapes fits five times over
+MAX_ID_CHARS = 200  # a JSON-RPC id or progress token (a number: within 64 bits), a method,
+# the tool or resource a request names: answers repeat them
+MIN_TOKEN_CHARS = 16  # LINECITE_HTTP_TOKEN: a short token is guessed
 ECHO_CHARS = 80  # how much of a refused value an error message repeats
 CUT_MARK = " [...]"  # ends a line or hit text that was cut
 # ---------------------------------------------------------------------------
@@ -116,3 +124,43 @@ def cut(text: str, max_chars: int) -> tuple[str, bool]:
     if len(text) <= max_chars:
         return text, False
     return text[:max_chars] + CUT_MARK, True
+
+
+INT64 = 2**63
+
+
+def id_problem(value: object, what: str) -> str | None:
+    """Why a JSON-RPC id (or progress token) is out of bounds, or None when it is fine."""
+    if value is None or (isinstance(value, str) and len(value) <= MAX_ID_CHARS):
+        return None
+    if isinstance(value, str):
+        return f"{what} is {len(value):,} characters long; the limit is {MAX_ID_CHARS}"
+    if isinstance(value, int) and not isinstance(value, bool) and -INT64 <= value < INT64:
+        return None
+    return f"{what} must be a string of at most {MAX_ID_CHARS} characters or a whole number " \
+           "within 64 bits"
+
+
+def request_problem(message: object) -> str | None:
+    """The first bound one JSON-RPC message breaks, or None.
+
+    What an answer may repeat is bounded at MAX_ID_CHARS: the id and progress token (echoed
+    in every answer and progress note), the method, and the tool, prompt or resource a request
+    names (repeated in "unknown tool" errors). Everything else is bounded by the body's size
+    (MAX_REQUEST_BYTES) and each tool's arguments by its schema and check_text. A message that
+    is no JSON-RPC object is left to the protocol layer, which refuses it.
+    """
+    if not isinstance(message, dict):
+        return None
+    params = message.get("params")
+    params = params if isinstance(params, dict) else {}
+    meta = params.get("_meta")
+    problem = id_problem(message.get("id"), "the JSON-RPC id") or id_problem(
+        meta.get("progressToken") if isinstance(meta, dict) else None, "the progress token")
+    if problem or "method" not in message:  # a response to us: only its id comes back
+        return problem
+    for what, value in (("the method", message["method"]), ("params.name", params.get("name")),
+                        ("params.uri", params.get("uri"))):
+        if isinstance(value, str) and len(value) > MAX_ID_CHARS:
+            return f"{what} is {len(value):,} characters long; the limit is {MAX_ID_CHARS}"
+    return None

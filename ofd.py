@@ -224,7 +224,7 @@ def document_pages(package: _Package, doc_name: str) -> list[list[str]]:
 def extract_ofd(path: Path) -> Extracted:
     """An OFD file; see the module docstring for what pages and lines are."""
     path = Path(path)
-    check_zip(path)  # raises "corrupt" for a broken zip, "too-large" for a bomb
+    check_zip(path)  # raises "corrupt" for a broken zip, "zip-bomb" for a bomb
     with zipfile.ZipFile(path) as archive:
         package = _Package(archive, path)
         if "ofd.xml" not in package.names:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import os
 import sys
 import threading
@@ -27,12 +28,13 @@ from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError, ValidationError
 from fastmcp.server.lifespan import lifespan
 from fastmcp.server.middleware import Middleware
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic import ValidationError as PydanticError
+from pydantic_core import PydanticCustomError
 
 import kb as kbmod
 import limits
-from library import Library
+from library import MAX_CONTEXT, Library
 from limits import UserError
 
 # ---------------------------------------------------------------------------
@@ -45,6 +47,21 @@ TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # bearer token; required when binding a non-l
 READ_ONLY = {"readOnlyHint": True, "openWorldHint": False}
 KbId = Annotated[str | None, Field(description="Knowledge base id (see list_knowledge_bases); "
                                                "may be left out when there is only one")]
+
+
+def refuse_bool(value: object) -> object:
+    """`true` is no number, but pydantic's lax mode reads it as 1. Lax mode stays: hosts send
+    numbers as "5" or 5.0 (Claude Desktop, Cursor), and JSON Schema calls 5.0 an integer."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+def whole(low: int, high: int, description: str) -> object:
+    """An integer argument's type: bounded both ways, both bounds stated in its schema
+    (minimum, maximum and the description), so 2**63 never reaches SQLite."""
+    return Annotated[int, Field(ge=low, le=high, description=f"{description} ({low} to {high:,})"),
+                     BeforeValidator(refuse_bool)]  # after Field, or the schema loses the bounds
 
 
 @lifespan
@@ -80,7 +97,8 @@ def argument_errors(tool: str, err: PydanticError, known: list[str]) -> str:
             bound = {"less_than_equal": "at most", "greater_than_equal": "at least",
                      "less_than": "less than", "greater_than": "more than"}[kind]
             limit = next(iter(ctx.values()), "")
-            sentences.append(f"{name} must be {bound} {limit}")
+            sentences.append(f"{name} must be {bound} {limit:,}" if isinstance(limit, int)
+                             else f"{name} must be {bound} {limit}")
         elif kind == "literal_error":
             sentences.append(f"{name} must be one of {ctx.get('expected', '')}")
         else:
@@ -157,7 +175,7 @@ async def search(
     query: Annotated[str, Field(description="What to look for: words, a question, a name or a "
                                             f"number (at most {limits.MAX_QUERY_CHARS:,} "
                                             "characters)")],
-    top_k: Annotated[int, Field(ge=1, le=50, description="How many hits to return (1-50)")] = 10,
+    top_k: whole(1, limits.MAX_TOP_K, "How many hits to return") = 10,
     search_mode: Annotated[Literal["auto", "bm25", "vector", "exact"], Field(
         description="auto: keywords and meaning combined; bm25: keywords; vector: meaning; "
                     "exact: lines containing the query as written (names, codes, numbers)")
@@ -177,15 +195,13 @@ async def search(
 async def read_range(
     ctx: Context,
     source: Annotated[str, Field(description="Source name, as in a search hit")],
-    page: Annotated[int, Field(ge=1, description="Page number (1-based), as in a search hit")],
-    line_start: Annotated[int, Field(ge=1, description="First line (1-based)")] = 1,
-    line_end: Annotated[int, Field(ge=-1, description="Last line; -1 for the end of the "
-                                                      "page")] = -1,
-    context: Annotated[int, Field(ge=0, le=50, description="Extra lines each side")] = 0,
+    page: whole(1, limits.MAX_POSITION, "Page number (1-based), as in a search hit"),
+    line_start: whole(1, limits.MAX_POSITION, "First line (1-based)") = 1,
+    line_end: whole(-1, limits.MAX_POSITION, "Last line; -1 for the end of the page") = -1,
+    context: whole(0, MAX_CONTEXT, "Extra lines each side") = 0,
     kb_id: KbId = None,
-    char_offset: Annotated[int, Field(ge=0, description="Start each line at this character: "
-                                                        "to read on in a line that was cut "
-                                                        "(its next_char_offset)")] = 0,
+    char_offset: whole(0, limits.MAX_POSITION, "Start each line at this character: to read "
+                       "on in a line that was cut (its next_char_offset)") = 0,
 ) -> dict:
     """Read exact numbered lines of one page of an indexed source, to quote and cite them.
 
@@ -210,10 +226,9 @@ async def get_document_chunk(
 async def list_sources(
     ctx: Context,
     kb_id: KbId = None,
-    offset: Annotated[int, Field(ge=0, description="Skip this many sources (from a previous "
-                                                   "answer's next_offset)")] = 0,
-    limit: Annotated[int, Field(ge=1, le=limits.MAX_LIST_ROWS, description="Sources per "
-                                                                           "answer")] = 100,
+    offset: whole(0, limits.MAX_POSITION, "Skip this many sources (from a previous answer's "
+                  "next_offset)") = 0,
+    limit: whole(1, limits.MAX_LIST_ROWS, "Sources per answer") = 100,
 ) -> dict:
     """List indexed sources by name: pages, chunks, parser, state, error, when indexed."""
     return await run(ctx, lambda lib: lib.list_sources(kb_id, offset, limit))
@@ -291,29 +306,48 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def same_origin(origin: str, host_header: str, port: int) -> bool:
-    """Whether a browser Origin is this server's own: our port, and the Host the request was
-    sent to (or loopback for loopback: localhost and 127.0.0.1 are one machine)."""
-    sent_to = urlsplit(f"//{host_header}").hostname or ""
+def normal_host(host: str) -> str:
+    """A host name or address as origins compare it: lower case, IPv6 in its short form."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host.lower()
+
+
+def origin_key(origin: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) of a browser Origin, its default port filled in; None when it is
+    no plain scheme://host[:port] (a path, user info, "null", a malformed port)."""
     try:
         parts = urlsplit(origin)
-        origin_port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    except ValueError:  # a malformed port
-        return False
-    host = parts.hostname or ""
-    return origin_port == port and (
-        host == sent_to or (is_loopback(host) and is_loopback(sent_to)))
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+    if not parts.hostname or parts.path or parts.query or parts.fragment or parts.username:
+        return None
+    return parts.scheme.lower(), normal_host(parts.hostname), port
+
+
+def own_origins(scheme: str, bind_host: str, port: int, host_header: str) -> set:
+    """The origins that are this server's: the address it binds, exactly (no alias: on a
+    loopback bind `localhost` or `[::1]` may reach another program's socket on our port).
+    Off loopback also the Host a request was sent to, as clients name the machine in ways we
+    cannot list; there a token is required, which a rebinding page cannot send."""
+    own = set()
+    if bind_host not in ("0.0.0.0", "::"):
+        own.add((scheme, normal_host(bind_host), port))
+    if not is_loopback(bind_host):
+        own.add(origin_key(f"{scheme}://{host_header}"))
+    return own - {None}
 
 
 class OwnOriginOnly:
-    """Refuse browser requests from any origin but this server's own.
+    """Refuse browser requests (403) from any origin but this server's own scheme, host and
+    port. fastmcp's guard lets every loopback origin reach a loopback server, so a page from
+    another localhost port, another scheme or 127.0.0.2 could otherwise call our tools."""
 
-    fastmcp's guard lets every loopback origin reach a loopback server, so a page served from
-    another localhost port (a dev server, any local app with a web UI) could call our tools.
-    """
-
-    def __init__(self, app, port: int):
+    def __init__(self, app, host: str, port: int):
         self.app = app
+        self.host = host
         self.port = port
 
     async def __call__(self, scope, receive, send) -> None:
@@ -323,15 +357,90 @@ class OwnOriginOnly:
 
             headers = Headers(scope=scope)
             origin = headers.get("origin")
-            if origin and not same_origin(origin, headers.get("host", ""), self.port):
+            own = own_origins(scope.get("scheme", "http"), self.host, self.port,
+                              headers.get("host", ""))
+            if origin is not None and origin_key(origin) not in own:
                 await Response("Forbidden Origin", status_code=403)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
+def jsonrpc_refusal(status: int, problem: str):
+    """A JSON-RPC error for a request refused before any work; its id is null, never echoed."""
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"jsonrpc": "2.0", "id": None,
+                         "error": {"code": -32600, "message": f"Invalid Request: {problem}."}},
+                        status_code=status)
+
+
+async def read_body(receive, limit: int) -> bytes | None:
+    """A request's body, or None once it passes `limit` bytes (the rest is never read)."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(body)  # the client went away; the app sees the same
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+class BoundedRequests:
+    """Check a POSTed body against limits.py before any work: at most MAX_REQUEST_BYTES (413),
+    and what answers echo (the id, the method, the tool named) bounded (400), so a megabyte
+    id never comes back whole. The body is then handed on unchanged."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = await read_body(receive, limits.MAX_REQUEST_BYTES)
+        if body is None:
+            refusal = jsonrpc_refusal(413, f"the request body is more than "
+                                           f"{limits.MAX_REQUEST_BYTES:,} bytes, the limit")
+            await refusal(scope, receive, send)
+            return
+        problem = request_body_problem(body)
+        if problem:
+            await jsonrpc_refusal(400, problem)(scope, receive, send)
+            return
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def request_body_problem(body: bytes) -> str | None:
+    """The first bound a body's JSON-RPC message (or batch) breaks; None for a body that is
+    no JSON, which the protocol layer refuses itself."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    messages = parsed if isinstance(parsed, list) else [parsed]
+    return next(filter(None, map(limits.request_problem, messages)), None)
+
+
 def http_auth(host: str):
     """Bearer-token auth from TOKEN_ENV; refuse to serve a non-loopback address without it."""
     token = os.environ.get(TOKEN_ENV, "").strip()
+    if token and len(token) < limits.MIN_TOKEN_CHARS:
+        raise SystemExit(f"linecite: {TOKEN_ENV} is {len(token)} characters long; a token "
+                         f"needs at least {limits.MIN_TOKEN_CHARS} (a short one is guessed). "
+                         "Set it to a long random string, e.g. the output of "
+                         "python -c \"import secrets; print(secrets.token_urlsafe(32))\"")
     if not token:
         if not is_loopback(host):
             raise SystemExit(f"linecite: refusing to listen on {host} without a token; set "
@@ -369,7 +478,8 @@ def main(argv: list[str] | None = None) -> None:
     mcp.run("http", show_banner=False, host=args.host, port=args.port,
             host_origin_protection=True,
             allowed_hosts=None if is_loopback(args.host) else ["*"],
-            middleware=[Middleware(OwnOriginOnly, port=args.port)])
+            middleware=[Middleware(OwnOriginOnly, host=args.host, port=args.port),
+                        Middleware(BoundedRequests)])
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,20 @@ def test_text_over_the_character_limit_is_too_large_even_from_a_small_file(tmp_p
     assert [(f["reason"], f["state"]) for f in summary.failed] == [("too-large", "needs_action")]
     monkeypatch.setenv(extract.MAX_TEXT_ENV, "100000")
     assert len(extract.extract(pdf).pages) == 4
+
+
+def test_a_zip_bomb_fails_as_the_readme_says(tmp_path):
+    # Regression (issue 34 item 10): a zip bomb ended needs_action/too-large, as if a setting
+    # could let it in; no setting raises the zip limits, and the README's table says failed.
+    bomb = tmp_path / "bomb.docx"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("[Content_Types].xml", "<Types/>")
+        archive.writestr("word/document.xml", b"\0" * (20 * 2**20))  # ratio ~1000
+    kb = bm25_kb(tmp_path / "base")
+    summary = ingest.ingest(kb, [bomb])
+    assert [(f["reason"], f["state"]) for f in summary.failed] == [("zip-bomb", "failed")]
+    row = source(kb, "bomb.docx")
+    assert row["state"] == "failed" and row["error"].startswith("zip-bomb: ")
 
 
 def test_a_limit_that_is_no_number_stops_the_run_before_any_file(tmp_path, monkeypatch):

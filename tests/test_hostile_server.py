@@ -342,6 +342,34 @@ async def test_wrong_arguments_get_one_plain_sentence(stdio, tool, args, expecte
 
 
 @module_loop
+@pytest.mark.parametrize(("tool", "args", "expected"), [
+    ("read_range", {"source": "notes.txt", "page": 1, "char_offset": 2**63},
+     "read_range: char_offset must be at most 1,000,000,000."),
+    ("read_range", {"source": "notes.txt", "page": 2**63},
+     "read_range: page must be at most 1,000,000,000."),
+    ("list_sources", {"offset": 2**63}, "list_sources: offset must be at most 1,000,000,000."),
+    ("search", {"query": "x", "top_k": True}, "search: top_k must be a whole number."),
+])
+async def test_integers_are_bounded_both_ways(stdio, tool, args, expected):
+    # regression (issue 34 item 8): 2**63 reached SQLite ("Python int too large to convert to
+    # SQLite INTEGER"); (issue 30 item 8) top_k=true was taken as 1
+    assert await tool_error(stdio, tool, **args) == expected
+
+
+@module_loop
+async def test_every_integer_argument_states_its_bounds(stdio):
+    # regression (issue 34 item 8): page, line and offset arguments had no upper bound
+    for tool in await stdio.list_tools():
+        for name, schema in tool.input_schema["properties"].items():
+            if schema.get("type") == "integer":
+                assert {"minimum", "maximum"} <= set(schema), (tool.name, name)
+                assert f"{schema['maximum']:,})" in schema["description"], (tool.name, name)
+    # hosts that send a number as text still work (Claude Desktop, Cursor do)
+    hits = (await call(stdio, "search", query="zanzibar", top_k="1", kb_id="docs"))["hits"]
+    assert len(hits) == 1
+
+
+@module_loop
 async def test_read_range_line_order_and_empty_kb_id(stdio):
     for line_end in (0, 1):  # regression: line_end=0 was accepted; 5-1 said "out of range"
         text = await tool_error(stdio, "read_range", source="docs/notes.txt", page=1,

@@ -33,6 +33,8 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
 
+import limits
+
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 SERVER = str(REPO / "server.py")
@@ -621,12 +623,18 @@ async def test_http_round_trip_and_origin_check(corpus, tmp_path):
         assert raw_initialize(url, Origin=url.rsplit("/", 1)[0]).status_code == 200
         # DNS rebinding: a web page elsewhere must not drive the local server
         assert raw_initialize(url, Origin="http://evil.example").status_code == 403
-        # regression: any other localhost port got through (a local dev server's page)
+        # regression: any other localhost port got through (a local dev server's page), and
+        # (issue 34 item 7) another scheme, another loopback address and the aliases of ours:
+        # a program on [::1] or 127.0.0.2 may hold our port number there
         port = int(url.split(":")[2].split("/")[0])
-        assert raw_initialize(url, Origin=f"http://localhost:{port}").status_code == 200
         for other in (f"http://localhost:{free_port()}", f"http://127.0.0.1:{port + 1}",
-                      "http://127.0.0.1", "http://localhost:notaport"):
+                      "http://127.0.0.1", "http://localhost:notaport",
+                      f"https://127.0.0.1:{port}", f"http://127.0.0.2:{port}",
+                      f"http://localhost:{port}", f"http://[::1]:{port}", "null"):
             assert raw_initialize(url, Origin=other).status_code == 403, other
+        # a Host that is not ours is a misdirected request (421, as fastmcp and the MCP SDK
+        # answer; the README says so)
+        assert raw_initialize(url, Host=f"evil.example:{port}").status_code == 421
 
 
 async def test_http_bearer_token(corpus, tmp_path):
@@ -657,6 +665,43 @@ def test_non_loopback_without_token_exits_at_once(corpus, host):
     assert TOKEN_ENV in proc.stderr and host in proc.stderr
     assert proc.stdout == ""
     assert time.monotonic() - started < 30  # it never starts serving
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_a_short_token_is_refused_at_start(corpus, host):
+    # regression (issue 34 item 7): a 1-character token was accepted
+    proc = subprocess.run([PY, SERVER, "--transport", "http", "--host", host, "--port",
+                           str(free_port()), "--base-path", str(corpus.base)],
+                          capture_output=True, text=True, env=server_env(corpus, **{
+                              TOKEN_ENV: "x" * (limits.MIN_TOKEN_CHARS - 1)}),
+                          cwd=REPO, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert TOKEN_ENV in proc.stderr and f"at least {limits.MIN_TOKEN_CHARS}" in proc.stderr
+
+
+def post_init(url: str, request_id: object) -> httpx.Response:
+    return httpx.post(url, content=json.dumps({**INIT, "id": request_id}), headers=MCP_HEADERS,
+                      timeout=30)
+
+
+def test_ids_and_bodies_are_bounded_before_any_work(corpus, tmp_path):
+    # regression (issue 34 item 7): a 1 MB JSON-RPC id came back whole
+    with http_server(corpus, tmp_path / "server.log") as url:
+        huge = post_init(url, "x" * 2**20)
+        assert huge.status_code == 413 and len(huge.content) < 1000
+        assert f"{limits.MAX_REQUEST_BYTES:,} bytes" in huge.json()["error"]["message"]
+        for bad_id in ("x" * (limits.MAX_ID_CHARS + 1), 2**63, 1.5, True):
+            refused = post_init(url, bad_id)
+            assert refused.status_code == 400 and len(refused.content) < 1000, bad_id
+            body = refused.json()
+            assert body["id"] is None and str(limits.MAX_ID_CHARS) in body["error"]["message"]
+        named = {**INIT, "method": "tools/call", "params": {"name": "s" * 10_000}}
+        refused = httpx.post(url, json=named, headers=MCP_HEADERS, timeout=30)
+        assert refused.status_code == 400 and "params.name" in refused.json()["error"]["message"]
+        for good_id in ("x" * limits.MAX_ID_CHARS, 2**63 - 1, -(2**63)):
+            answer = post_init(url, good_id)  # a server-sent event: "data: {...}"
+            data = next(line for line in answer.text.splitlines() if line.startswith("data:"))
+            assert json.loads(data[5:])["id"] == good_id
 
 
 def test_non_loopback_with_token_accepts_any_host_name(corpus, tmp_path):
