@@ -2,8 +2,8 @@
 
 Folder sync's first half, with no model and no write: `discover` lists the documents under
 the KB's folders (links that lead outside a folder, Office lock files, dot files and files
-Windows hides are left out; links out and files of unsupported formats, counted by
-extension, are reported in `skipped`), names each as its source
+Windows hides are left out; links out, FIFOs and devices, and files of unsupported formats,
+counted by extension, are reported in `skipped`), names each as its source
 (`<folder>/<relative path>`, unique per KB by construction), and `plan_sync` compares them
 with fulltext.sqlite3: added, modified (size and mtime, then SHA-256), deleted. ingest.py
 indexes what the plan says; `check_changes` shows the plan as it is. `file_sha256` is the one
@@ -12,14 +12,15 @@ file hasher (change tests here, the OCR and transcript caches).
 
 from __future__ import annotations
 
-import hashlib
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import fulltext
+import safeopen
 
 if TYPE_CHECKING:
     import kb as kbmod
@@ -32,12 +33,10 @@ UNSUPPORTED_EXAMPLES = 3  # file names listed per unsupported extension (the cou
 
 
 def file_sha256(path: Path) -> str:
-    """A file's SHA-256, read in 1 MB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """A file's SHA-256, read in 1 MB blocks; safeopen.Refused (an OSError) for a device or a
+    pipe, which would never end or never open."""
+    with safeopen.open_document(path) as opened:
+        return safeopen.sha256(opened, sys.maxsize)
 
 
 def same_stat(row, stat: os.stat_result) -> bool:
@@ -134,9 +133,15 @@ def _files_in(root: Path, prefix: str, skipped: list[dict]) -> list[Path]:
                     f"{prefix}/{path.relative_to(root).as_posix()}")
                 continue
             real = _real(path) if path.is_symlink() else path
-            if (real is not None and not _skip_if_outside(root, prefix, path, real, skipped)
-                    and real.is_file()):
+            if real is None or _skip_if_outside(root, prefix, path, real, skipped):
+                continue
+            if real.is_file():
                 found.append(path)
+            elif real.exists():  # a FIFO or device would block or never end (issue 34)
+                name = f"{prefix}/{path.relative_to(root).as_posix()}"
+                skipped.append({"path": str(path), "name": name, "reason": "not-a-regular-file",
+                                "detail": f"{path} is a device, pipe or socket, not a regular "
+                                          "file; it is not indexed"})
     skipped += [{"reason": "unsupported-format", "extension": extension, "files": len(names),
                  "examples": sorted(names)[:UNSUPPORTED_EXAMPLES]}
                 for extension, names in sorted(unsupported.items())]
