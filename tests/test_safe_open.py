@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -109,8 +110,19 @@ def test_a_file_turned_fifo_after_discovery_fails_without_blocking(tmp_path, hoo
             path.unlink()
             os.mkfifo(path)
 
+    def unblock_a_blocked_reader() -> None:  # so a regression fails instead of hanging
+        try:
+            os.close(os.open(docs / "b.txt", os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # ENXIO: no reader is waiting, as it should be
+            pass
+
     hook(to_fifo)
+    timer = threading.Timer(20, unblock_a_blocked_reader)
+    timer.start()
+    start = time.monotonic()
     summary = ingest.sync(kb)
+    timer.cancel()
+    assert time.monotonic() - start < 15
     assert [(f["source"], f["reason"]) for f in summary.failed] == [
         ("docs/b.txt", "not-a-regular-file")]
     assert list(indexed_text(kb)) == ["docs/a.txt"]
