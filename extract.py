@@ -512,7 +512,8 @@ def extract(path: Path) -> Extracted:
     """Pages of raw lines for `path`; raises ExtractError (only) for files we cannot read."""
     path = Path(path)
     if not path.is_file():
-        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        what = ("is a folder, not a file" if path.is_dir() else
+                "is a device, pipe or socket, not a file" if path.exists() else "does not exist")
         raise ExtractError("not-found", f"{path} {what}; check the path.")
     extractor = EXTRACTORS.get(path.suffix.lower())
     if extractor is None:

@@ -2,19 +2,19 @@
 
 Folder sync's first half, with no model and no write: `discover` lists the documents under
 the KB's folders (links that lead outside a folder, Office lock files, dot files and files
-Windows hides are left out; links out, files of unsupported formats, counted by extension,
-and folders that cannot be listed are reported in `skipped`), names each as its source
-(`<folder>/<relative path>` through limits.source_name, unique per KB by construction), and
-`plan_sync` compares them with fulltext.sqlite3: added, modified (size and mtime, then
-SHA-256), deleted (never a source under a folder that could not be listed). ingest.py
+Windows hides are left out; links out, FIFOs and devices, files of unsupported formats,
+counted by extension, and folders that cannot be listed are reported in `skipped`), names each
+as its source (`<folder>/<relative path>` through limits.source_name, unique per KB by
+construction), and `plan_sync` compares them with fulltext.sqlite3: added, modified (size and
+mtime, then SHA-256), deleted (never a source under a folder that could not be listed). ingest.py
 indexes what the plan says; `check_changes` shows the plan as it is. `file_sha256` is the one
 file hasher (change tests here, the OCR and transcript caches).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import fulltext
 import limits
+import safeopen
 
 if TYPE_CHECKING:
     import kb as kbmod
@@ -34,12 +35,10 @@ UNSUPPORTED_EXAMPLES = 3  # file names listed per unsupported extension (the cou
 
 
 def file_sha256(path: Path) -> str:
-    """A file's SHA-256, read in 1 MB blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """A file's SHA-256, read in 1 MB blocks; safeopen.Refused (an OSError) for a device or a
+    pipe, which would never end or never open."""
+    with safeopen.open_document(path) as opened:
+        return safeopen.sha256(opened, sys.maxsize)
 
 
 def same_stat(row, stat: os.stat_result) -> bool:
@@ -179,9 +178,15 @@ def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]
                     _name(prefix, root, path))
                 continue
             real = _real(path) if path.is_symlink() else path
-            if (real is not None and not _skip_if_outside(root, prefix, path, real, skipped)
-                    and real.is_file()):
+            if real is None or _skip_if_outside(root, prefix, path, real, skipped):
+                continue
+            if real.is_file():
                 found.append(path)
+            elif real.exists():  # a FIFO or device would block or never end (issue 34)
+                skipped.append({"path": limits.path_text(path), "name": _name(prefix, root, path),
+                                "reason": "not-a-regular-file",
+                                "detail": f"{limits.path_text(path)} is a device, pipe or "
+                                          "socket, not a regular file; it is not indexed"})
     skipped += [{"reason": "unsupported-format", "extension": extension, "files": len(names),
                  "examples": sorted(names)[:UNSUPPORTED_EXAMPLES]}
                 for extension, names in sorted(unsupported.items())]

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import folders
@@ -33,6 +33,7 @@ import fulltext
 import kb as kbmod
 import limits
 import queue_runner
+import safeopen
 from pidlock import LockBusy, PidLock
 
 # ---------------------------------------------------------------------------
@@ -257,39 +258,48 @@ class Indexer:
                 "them") from err
 
     # -- one file ---------------------------------------------------------------
-    def index_file(self, path: Path, name: str, summary: Summary, force: bool = False) -> None:
+    def index_file(self, path: Path, name: str, summary: Summary, force: bool = False,
+                   inside: list[Path] | None = None) -> None:
         """Extract, chunk and commit one file (and a mail's attachments); unchanged files (by
-        SHA-256) are skipped."""
+        SHA-256) are skipped. The file is opened once (safeopen): only a regular file, inside
+        `inside` when given, and what is hashed and extracted is what that open checked."""
         summary.sources += 1
         try:
-            stat = path.stat()
-        except OSError as err:
-            self._fail(fulltext.SourceFile(name, limits.path_text(path), "", 0, 0.0),
-                       *_unreadable(path, err), summary)
-            return
-        where = limits.path_text(path.resolve())  # undecodable bytes escaped, as in names
+            with safeopen.open_document(path, inside) as opened:
+                self._index_opened(opened, path, name, summary, force)
+        except OSError as err:  # refused, or gone, locked or unreadable since it was found
+            why = ((err.reason, err.detail) if isinstance(err, safeopen.Refused)
+                   else _unreadable(path, err))
+            self._fail(fulltext.SourceFile(name, limits.path_text(path.absolute()), "", 0, 0.0),
+                       *why, summary)
+
+    def _index_opened(self, opened: safeopen.Opened, path: Path, name: str, summary: Summary,
+                      force: bool) -> None:
+        stat = opened.stat
         row = fulltext.source_row(self.conn, name)
         known = not force and row is not None and row["state"] not in folders.RETRY_STATES
         if known and folders.same_stat(row, stat):
             summary.unchanged += 1
             return
+        src = fulltext.SourceFile(name, limits.path_text(opened.real), "", stat.st_size,
+                                  stat.st_mtime)
         if stat.st_size > self.max_file_bytes:  # checked before the file is hashed or read
-            self._fail(fulltext.SourceFile(name, where, "", stat.st_size,
-                                           stat.st_mtime), "too-large",
-                       _too_large(path, stat.st_size, self.max_file_bytes), summary)
+            self._fail(src, "too-large", _too_large(path, stat.st_size, self.max_file_bytes),
+                       summary)
             return
         try:
-            digest = folders.file_sha256(path)
-        except OSError as err:  # deleted, locked or unreadable since it was found: this file
-            self._fail(fulltext.SourceFile(name, where, "", stat.st_size,  # only
-                                           stat.st_mtime), *_unreadable(path, err), summary)
+            src = replace(src, sha256=safeopen.sha256(opened, self.max_file_bytes))
+            if known and row["sha256"] == src.sha256:
+                fulltext.touch_source(self.conn, name, src.size, src.mtime)
+                summary.unchanged += 1
+                return
+            with tempfile.TemporaryDirectory(prefix="linecite-doc-",
+                                             ignore_cleanup_errors=True) as tmp:
+                copy = safeopen.snapshot(opened, Path(tmp), path.name, self.max_file_bytes)
+                doc = self._extract(copy, src, summary)
+        except safeopen.OverLimit:  # it grew past the bound since stat, or stat said less
+            self._fail(src, "too-large", _too_large(path, None, self.max_file_bytes), summary)
             return
-        src = fulltext.SourceFile(name, where, digest, stat.st_size, stat.st_mtime)
-        if known and row["sha256"] == src.sha256:
-            fulltext.touch_source(self.conn, name, src.size, src.mtime)
-            summary.unchanged += 1
-            return
-        doc = self._extract(path, src, summary)
         if doc is None:
             return
         if doc.attachments or fulltext.attachment_names(self.conn, name):
@@ -379,7 +389,8 @@ class Indexer:
 
 
     def index_all(self, files: list[tuple[Path, str]], summary: Summary, force: bool,
-                  should_stop: Callable[[], bool] | None = None) -> None:
+                  should_stop: Callable[[], bool] | None = None,
+                  inside: list[Path] | None = None) -> None:
         """Index files one by one, embedding after each; stop cleanly between files if asked.
         A recording's transcription also reports its percentage, on the bar and to `report`
         (`transcribing meeting.m4a 42%`), so a 20-minute file is seen to move."""
@@ -395,7 +406,7 @@ class Indexer:
             if self.report:
                 self.report(done, len(files), f"indexing {name}")
             with audio.reporting(self._partway(bar, short, done, len(files), name)):
-                self.index_file(path, name, summary, force=force)
+                self.index_file(path, name, summary, force=force, inside=inside)
             summary.embedded += self.embed_pending()
         if self.report:
             self.report(len(files), len(files), "cancelled" if summary.cancelled else "done")
@@ -442,8 +453,10 @@ def _max_file_bytes() -> int:
         raise kbmod.ConfigError(str(err)) from err
 
 
-def _too_large(path: Path, size: int, limit: int) -> str:
-    return (f"{path.name} is {size / 2**20:.3g} MB, over the limit of {limit / 2**20:.3g} MB "
+def _too_large(path: Path, size: int | None, limit: int) -> str:
+    """Why a file over the limit was not read; `size` None when it only showed in reading."""
+    size_text = "more" if size is None else f"{size / 2**20:.3g} MB"
+    return (f"{path.name} is {size_text}, over the limit of {limit / 2**20:.3g} MB "
             f"per file, so it was not read; to index it, raise the limit with the environment "
             f"variable {MAX_FILE_ENV}.")
 
@@ -500,18 +513,23 @@ def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], prog
 
 def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None = None,
            force: bool = False, progress: bool = False, report: Report | None = None,
-           run: queue_runner.RunStatus | None = None) -> Summary:
+           run: queue_runner.RunStatus | None = None,
+           inside: list[Path] | None = None) -> Summary:
     """Index files and folders into a KB and return what happened. Raises SourceNameTaken,
     before any work, when a name already names another file's source, and limits.UserError
-    for a `source_name` no tool would take."""
+    for a `source_name` no tool would take. Each file is read only if it lies in `inside`
+    (resolved folders: ingest_file's allowed ones), and a folder's files only inside that
+    folder."""
     limits.check_name(source_name, "source name")
     skipped: list[dict] = []
     files = list(folders.discover(targets, source_name, skipped))
     _refuse_taken_names(kb, files)
+    if inside is None and targets and all(t.is_dir() for t in targets):
+        inside = [t.resolve() for t in targets]
 
     def work(indexer: Indexer, summary: Summary) -> None:
         summary.skipped += skipped
-        indexer.index_all(files, summary, force)
+        indexer.index_all(files, summary, force, inside=inside)
 
     return _run(kb, work, progress, report, run=run)
 
@@ -582,7 +600,8 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
                     fulltext.delete_source(indexer.conn, source)
                     summary.deleted += 1
             summary.unchanged += plan.unchanged
-            indexer.index_all(plan.added + plan.modified, summary, force, should_stop)
+            indexer.index_all(plan.added + plan.modified, summary, force, should_stop,
+                              inside=_kb_folders(kb))
         summary.embedded += indexer.embed_pending()
 
     # every vector goes for a new embedder, a forced run, or a context scope with no LLM (it
@@ -590,6 +609,11 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     no_llm = contextualize.contextualizer_for(kb.contextualizer) is None
     reset = "embedding" in scopes or force or ("contextualization" in scopes and no_llm)
     return _run(kb, work, progress, report, reset_embeddings=reset, run=run)
+
+
+def _kb_folders(kb: kbmod.KnowledgeBase) -> list[Path]:
+    """The KB's sourcePaths, resolved: a synced file is read only if it opens inside one."""
+    return [Path(p).expanduser().resolve() for p in kb.source_paths]
 
 
 def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
@@ -630,7 +654,8 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
         if kb.source_paths:
             plan = folders.plan_sync(indexer.conn, kb)
             summary.skipped += plan.skipped
-            indexer.index_all(plan.added + plan.modified, summary, force=True)
+            indexer.index_all(plan.added + plan.modified, summary, force=True,
+                              inside=_kb_folders(kb))
 
     return _run(kb, work, progress, None, run=run)
 

@@ -354,7 +354,8 @@ class Library:
         kb = kbmod.open_or_create(self.base, kb.id)
         try:
             summary = ingest.ingest(kb, [target], source_name or None, report=report,
-                                    run=queue_runner.RunStatus(kb.folder, "ingest_file"))
+                                    run=queue_runner.RunStatus(kb.folder, "ingest_file"),
+                                    inside=allowed_folders(kb))  # checked again when opened
         except (LockBusy, ingest.EmbedderUnavailable, ingest.SourceNameTaken) as err:
             raise UserError(str(err)) from None  # wait and retry, or pick another name
         except sqlite3.DatabaseError as err:

@@ -20,6 +20,7 @@ import fulltext_schema
 import ingest
 import kb as kbmod
 import queue_runner
+import safeopen
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -157,16 +158,14 @@ def test_a_file_deleted_or_locked_while_hashing_fails_only_that_source(tmp_path,
     for name in ("a", "gone", "locked", "z"):
         write(docs / f"{name}.txt", f"The {name} file mentions the quay.")
     kb = make_kb(base, "notes", [docs])
-    real = folders.file_sha256
 
-    def flaky(path):
+    def flaky(path):  # between discovery and the one open that hashes and reads the file
         if path.name == "gone.txt":
-            path.unlink()  # deleted between discovery and hashing
+            path.unlink()
         if path.name == "locked.txt":
             raise PermissionError(13, "The process cannot access the file", str(path))
-        return real(path)
 
-    monkeypatch.setattr(folders, "file_sha256", flaky)
+    monkeypatch.setattr(safeopen, "before_open", flaky)
     summary = ingest.sync(kb)
     assert summary.indexed == 2
     assert {(f["source"], f["reason"]) for f in summary.failed} == {
