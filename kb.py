@@ -29,7 +29,7 @@ import search
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
 HOME_ENV = "LINECITE_HOME"  # the base folder, when --base-path is not given
-SCOPES = ("embedding", "contextualization", "full")  # reindex scopes, each holding the ones before
+SCOPES = ("embedding", "contextualization", "full")  # reindex scopes; merged: each one runs
 KB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WINDOWS_RESERVED = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(\..*)?$", re.IGNORECASE)
 WINDOWS_BASE_NAME = ".linecite"  # under %USERPROFILE%, outside AppData (MSIX redirects AppData)
