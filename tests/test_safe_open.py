@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_hostile_ingest import bm25_kb
 
 import folders
 import fulltext
@@ -23,15 +24,6 @@ import safeopen
 REPO = Path(__file__).resolve().parent.parent
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and /dev/zero are POSIX")
 SECRET = "The vault code is 4711."
-
-
-def bm25_kb(base: Path, kb_id: str = "safe", source_paths: tuple[Path, ...] = ()):
-    folder = base / kb_id
-    folder.mkdir(parents=True, exist_ok=True)
-    config = {"id": kb_id, "embedding": {"provider": "none"},
-              "sourcePaths": [str(p) for p in source_paths]}
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    return kbmod.load(base, kb_id)
 
 
 def indexed_text(kb: kbmod.KnowledgeBase) -> dict[str, str]:
@@ -80,7 +72,7 @@ def test_sync_reports_a_fifo_and_indexes_the_rest(tmp_path):
     docs.mkdir()
     (docs / "a.txt").write_text("Alpha report on the harbour crane.", encoding="utf-8")
     device_and_fifo(docs)
-    kb = bm25_kb(tmp_path / "base", source_paths=(docs,))
+    kb = bm25_kb(tmp_path / "base", "safe", (docs,))
     summary = ingest.sync(kb)
     assert sorted((s["name"], s["reason"]) for s in summary.skipped) == [
         ("docs/f.txt", "not-a-regular-file"), ("docs/z.txt", "outside-folder")]
@@ -103,7 +95,7 @@ def test_a_file_turned_fifo_after_discovery_fails_without_blocking(tmp_path, hoo
     docs.mkdir()
     (docs / "a.txt").write_text("Alpha report on the harbour crane.", encoding="utf-8")
     (docs / "b.txt").write_text("Bravo notes.", encoding="utf-8")
-    kb = bm25_kb(tmp_path / "base", source_paths=(docs,))
+    kb = bm25_kb(tmp_path / "base", "safe", (docs,))
 
     def to_fifo(path: Path) -> None:
         if path.name == "b.txt":
@@ -135,7 +127,7 @@ def swap_setup(tmp_path: Path, monkeypatch) -> tuple[library.Library, Path, Path
     outside.mkdir()
     (allowed / "sub" / "secret.md").write_text("Nothing to see here.", encoding="utf-8")
     (outside / "secret.md").write_text(SECRET, encoding="utf-8")
-    bm25_kb(tmp_path / "base")
+    bm25_kb(tmp_path / "base", "safe")
     monkeypatch.setenv(library.ALLOWED_DIRS_ENV, str(allowed))
     return library.Library(tmp_path / "base"), allowed, outside
 
