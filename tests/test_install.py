@@ -167,7 +167,8 @@ def test_install_sh_installs_checks_and_serves_over_http(installed):
     assert (venv / "bin" / "python").is_file()
     assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
     stamp = (venv / ".linecite-requirements.sha256").read_text().strip()
-    assert stamp == hashlib.sha256((installed.folder / "requirements.txt").read_bytes()).hexdigest()
+    assert stamp == "".join(hashlib.sha256((installed.folder / name).read_bytes()).hexdigest()
+                            for name in ("requirements.txt", "constraints.txt"))
     # the server runs in the background from the venv, with its PID and log in <base>/logs
     pid = installed.pid()
     assert alive(pid)
@@ -498,7 +499,7 @@ def test_install_ps1_has_each_install_sh_step():
         assert param in params, param
     assert re.search(r"^PORT=8000$", sh, re.M) and re.search(r"^HOST=127\.0\.0\.1$", sh, re.M)
     # the same files, the same shared Python helpers, the same server command
-    shared = ["requirements.txt", "verify_install.py", "mcp_config.py", ".venv",
+    shared = ["requirements.txt", "constraints.txt", "verify_install.py", "mcp_config.py", ".venv",
               ".linecite-requirements.sha256", "server.py", "server.log", "server.pid", "logs",
               "LINECITE_HOME", "LINECITE_HTTP_TOKEN", "claude_desktop_config.json", "linecite",
               "--transport http", "venv", "pip", "--disable-pip-version-check",
