@@ -12,6 +12,7 @@ real Chroma and SQLite, a real read-only bind mount, `python server.py` over std
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import threading
 import time
@@ -224,3 +225,32 @@ def test_a_search_while_an_indexer_commits_never_reopens_chroma_on_its_thread(
         if run is not None:
             run.join(60)
         library.close()
+
+
+def chroma_rows(folder: Path) -> tuple[list[str], int]:
+    """(chroma.sqlite3's content but the acquire_write table, acquire_write's row count)."""
+    conn = sqlite3.connect(f"file:{folder / chroma_store.CHROMA_DB}?mode=ro", uri=True)
+    try:
+        rows = [line for line in conn.iterdump() if '"acquire_write"' not in line]
+        return rows, conn.execute("SELECT count(*) FROM acquire_write").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_what_the_server_writes_in_a_writable_store(tmp_path, ollama):
+    # what the README says the server writes there: chromadb adds one acquire_write row per
+    # open (it has no read-only mode) and writes back the vector index files when its log
+    # holds records the persisted index lacks; no row of chroma.sqlite3 changes, and the
+    # server opens the store once for a session of searches in every mode
+    kb = indexed_kb(tmp_path, ollama)
+    folder = kb.folder / "chroma"
+    rows, opens = chroma_rows(folder)
+    files = set(store_files(folder))
+    library = Library(tmp_path / "base")
+    try:
+        for mode in MODES:
+            assert top(library.search(QUERY, 3, mode, "docs", None)) == "harbour.txt"
+    finally:
+        library.close()
+    assert chroma_rows(folder) == (rows, opens + 1)
+    assert set(store_files(folder)) == files  # no file made or removed
