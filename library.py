@@ -255,8 +255,8 @@ class Library:
             if running and time.monotonic() - entry.store_opened < limits.STORE_REFRESH_EVERY:
                 return
             pending = entry.refresh = StoreRefresh(entry.kb, version, 1 - entry.generation)
-        if pending is None or (running and pending.thread.is_alive()):
-            return
+        if running and pending.thread.is_alive():
+            return  # the search goes on with the store that serves
         pending.thread.join()
         entry.refresh = None
         if pending.kb is not entry.kb:  # config.json changed meanwhile: its store serves
