@@ -5,9 +5,12 @@ server when a URL is configured), write and delete chunk vectors, and answer
 nearest-neighbour queries. It is handed an `embedders.Embedder` and does not own one.
 
 Reads and writes `<kb_dir>/chroma/` (embedded mode) or the collection `linecite-<kb_id>` on
-a Chroma server. The collection's metadata records who made its vectors (provider, model,
-dimension); every write, query and count checks it against the KB's embedder, and a
-mismatch raises EmbedderMismatch saying to re-embed (reindex scope `embedding`).
+a Chroma server. A reader (the server) writes nothing but what chromadb writes on every open
+(a row in chroma.sqlite3's `acquire_write` table; chromadb has no read-only mode); where the
+folder is read-only it opens a private copy in the user cache instead (`private_copy`).
+The collection's metadata records who made its vectors (provider, model, dimension);
+every write, query and count checks it against the KB's embedder, and a mismatch raises
+EmbedderMismatch saying to re-embed (reindex scope `embedding`).
 Listing, deleting and dropping never check, so that re-embedding can always run.
 
 The embedder also goes into the collection's configuration as a chromadb
@@ -20,7 +23,11 @@ with `get_collection(name)` must touch `chroma_store.UseEmbedding` first.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shutil
+import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +51,9 @@ IDENTITY_PREFIX = "linecite_embedder_"  # collection metadata keys: + provider/m
 COLLECTION_PREFIX = "linecite-"  # collection name = prefix + kb_id
 MAX_NAME = 63  # Chroma's Rust API allows 512; 63 also passes the old Python check
 PAGE_SIZE = 5000  # ids per page in all_ids()
+CHROMA_DB = "chroma.sqlite3"  # chromadb's own database in an embedded store's folder
+COPY_CACHE_ENV = "LINECITE_CHROMA_CACHE"  # where copies of read-only stores go (user cache)
+COPY_ATTEMPTS = 3  # copies of a store that changed while being copied, before giving up
 # collections made before identities were recorded hold the builtin's vectors
 LEGACY_IDENTITY = {"provider": "builtin", "model": embedders.USE_MODEL,
                    "dimension": embedders.USE_DIMENSION}
@@ -135,11 +145,92 @@ def __getattr__(name: str) -> Any:
 
 
 def open_store(kb_dir: Path, kb_id: str, embedding: dict | None, url: str | None = None,
-               readonly: bool = False) -> ChromaStore | None:
+               readonly: bool = False, generation: int = 0) -> ChromaStore | None:
     """The KB's vector store, or None for a BM25-only KB (embedding provider "none")."""
     if (embedding or {}).get("provider") == "none":
         return None
-    return ChromaStore(kb_dir, kb_id, embedder_for(embedding), url=url, readonly=readonly)
+    return ChromaStore(kb_dir, kb_id, embedder_for(embedding), url=url, readonly=readonly,
+                       generation=generation)
+
+
+def _client_path(path: Path, generation: int) -> str:
+    """The path string chromadb gets: generation n appends n "/." (the same folder), so each
+    generation gets a client of its own in this process."""
+    return os.path.join(str(path), *["."] * generation)
+
+
+def _writable(path: Path) -> bool:
+    """Whether chromadb can open the store at `path` in place: it writes chroma.sqlite3 (a
+    row in its acquire_write table) and a journal beside it on every open. Opening the file
+    for update writes nothing; it fails on a read-only mount, file or Windows ACL."""
+    database = path / CHROMA_DB
+    if not os.access(path, os.W_OK):
+        return False
+    try:
+        with open(database, "r+b"):
+            return True
+    except FileNotFoundError:
+        return True  # an empty folder: chromadb makes the file (then the collection is missing)
+    except OSError:
+        return False
+
+
+def copy_stamp(path: Path) -> str:
+    """What changes when a store's files change: every file's name, size and mtime, hashed."""
+    rows = []
+    for file in path.rglob("*"):
+        if file.is_file():
+            info = file.stat()
+            rows.append(f"{file.relative_to(path).as_posix()}\0{info.st_size}\0"
+                        f"{info.st_mtime_ns}")
+    rows.sort()
+    return hashlib.sha1("\n".join(rows).encode("utf-8")).hexdigest()[:16]
+
+
+def copies_dir(path: Path) -> Path:
+    """Where the copies of the store at `path` live: one folder per source store."""
+    import kb as kbmod  # kb.py loads search and contextualize: not at chroma_store's import
+
+    source = hashlib.sha1(str(path.resolve()).encode("utf-8")).hexdigest()[:16]
+    return kbmod.cache_dir("chroma", COPY_CACHE_ENV) / source
+
+
+def private_copy(path: Path) -> Path:
+    """A copy of the store at `path` that chromadb may write, made once per state of its
+    files (kept by their stamp, so an unchanged store is not copied again) and made whole
+    before it takes its name, so a reader never opens half a copy. A store that changes
+    while it is copied (a writer elsewhere) is copied again."""
+    for _ in range(COPY_ATTEMPTS):
+        stamp = copy_stamp(path)
+        target = copies_dir(path) / stamp
+        if target.is_dir():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".copy-", dir=target.parent))
+        try:
+            shutil.copytree(path, scratch / "store")
+            if copy_stamp(path) == stamp:
+                os.replace(scratch / "store", target)
+                return target
+        except OSError:
+            if not target.is_dir():  # another server made the same copy first
+                raise
+            return target
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    raise OSError(f"{path} kept changing while it was copied (an indexer writes it elsewhere); "
+                  "the next search tries again")
+
+
+def drop_copy(copy: Path, source: Path) -> None:
+    """Remove a copy its source has left behind (the source's files changed since), so the
+    user cache holds one copy per store; a copy still open elsewhere (Windows) stays."""
+    try:
+        current = copy_stamp(source)
+    except OSError:
+        return
+    if copy.name != current:
+        shutil.rmtree(copy, ignore_errors=True)
 
 
 class StoreMissing(RuntimeError):
@@ -198,17 +289,28 @@ class ChromaStore:
     """One KB's collection; the client opens on first use and close() releases it."""
 
     def __init__(self, kb_dir: Path, kb_id: str, embedder: Embedder,
-                 url: str | None = None, readonly: bool = False) -> None:
+                 url: str | None = None, readonly: bool = False, generation: int = 0) -> None:
         self.kb_dir = Path(kb_dir)
         self.kb_id = kb_id
         self.embedder = embedder
         self.url = url
         self.readonly = readonly  # a reader (the server) never creates a folder or collection
+        # which client identity (0 or 1) a reader opens: chromadb shares one client, and its
+        # vector index in memory, per path string in a process, so a fresh client that sees
+        # another process's writes, opened while the old one serves, needs another spelling
+        self.generation = generation
+        self.copy: Path | None = None  # the private copy a read-only store is served from
         self.name = collection_name(kb_id)
         self._client: Any = None
         self._collection: Any = None
         self._max_batch = 0
         self._stored: dict | None = None  # the collection's recorded identity, read on open
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a client is open (a vector index may be loaded): a store never used costs
+        nothing to replace."""
+        return self._client is not None
 
     def _open(self) -> Any:
         """The collection, creating client and collection on first call (a reader only
@@ -289,14 +391,34 @@ class ChromaStore:
             path = self.kb_dir / "chroma"
             if self.readonly and not path.is_dir():
                 raise StoreMissing(self._missing("is missing"))
+            if self.readonly:
+                path = self._readable_copy(path)
             path.mkdir(parents=True, exist_ok=True)
-            return chromadb.PersistentClient(path=str(path), settings=settings)
+            return chromadb.PersistentClient(path=_client_path(path, self.generation),
+                                             settings=settings)
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"Chroma URL must look like http://host:port, got {self.url!r}")
         ssl = parts.scheme == "https"
         return chromadb.HttpClient(host=parts.hostname, port=parts.port or (443 if ssl else 80),
                                    ssl=ssl, settings=settings)
+
+    def _readable_copy(self, path: Path) -> Path:
+        """The folder a reader opens: the store itself when chromadb can write it, else a
+        private copy in the user cache (chromadb writes chroma.sqlite3 on every open and has
+        no read-only mode, so a store on a read-only mount cannot be opened where it is)."""
+        if _writable(path):
+            return path
+        try:
+            self.copy = private_copy(path)
+        except OSError as err:
+            raise OSError(f"{path} is read-only, and copying it to {copies_dir(path)} to serve "
+                          f"its vectors failed ({err}); free space there, set "
+                          f"{COPY_CACHE_ENV} to a folder with room, or make {path} writable"
+                          ) from None
+        print(f"linecite: {path} is read-only; its vectors are served from a copy at "
+              f"{self.copy}", file=sys.stderr, flush=True)
+        return self.copy
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         """Document vectors for texts from the KB's embedder, in order."""
@@ -366,6 +488,14 @@ class ChromaStore:
         norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query) + 1e-12
         return dict(zip(got["ids"], map(float, matrix @ query / norms), strict=True))
 
+    def warm(self) -> None:
+        """Open the collection and load its vector index (a one-hit query), so that the first
+        search on a store opened in the background does not wait for the load."""
+        collection = self._checked()
+        dimension = (self._stored or {}).get("dimension")
+        if dimension and collection.count():
+            self.query([1.0] + [0.0] * (int(dimension) - 1), 1)
+
     def count(self) -> int:
         """Number of chunks in the collection (after the identity check, so that a probe
         of a working embedder still stops on a collection of another model's vectors)."""
@@ -390,6 +520,9 @@ class ChromaStore:
         """Release the client; embedded mode then closes its files (Windows can move them)."""
         if self._client is not None:
             self._client.close()  # refcounted: the shared System stops with its last client
+        if self.copy is not None:
+            drop_copy(self.copy, self.kb_dir / "chroma")
+            self.copy = None
         self._client = None
         self._collection = None
         self._stored = None

