@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import atomic
+import paths
 
 # -----------------------------------------------------------------------------
 AUDIO_SUFFIXES = (".mp3", ".wav", ".m4a", ".ogg", ".flac", ".webm", ".mp4")
@@ -279,10 +280,8 @@ def engine_for(settings: Settings, model: str):
 
 
 def default_cache_dir(platform: str = sys.platform) -> Path:
-    """$LINECITE_AUDIO_CACHE, else the user cache folder's `audio` (kb.cache_dir)."""
-    import kb
-
-    return kb.cache_dir("audio", CACHE_ENV, platform)
+    """$LINECITE_AUDIO_CACHE, else the user cache folder's `audio` (paths.cache_dir)."""
+    return paths.cache_dir("audio", CACHE_ENV, platform)
 
 
 def cache_path(sha256: str, engine: str, model: str, language: str) -> Path:
@@ -381,12 +380,10 @@ def transcribe(path: Path, settings: Settings | None = None, sha256: str | None 
     """The transcript of `path`, from the cache when this file, engine, model and language
     were transcribed before (no progress then: it takes milliseconds); else by the engine,
     telling `progress` 0.0 first, then how far it is, then cached. Raises AudioUnavailable."""
-    import folders
-
     settings = settings or current_settings()
     model, note = resolve_model(settings)
     language = (settings.language or "auto").lower()
-    target = cache_path(sha256 or folders.file_sha256(path), settings.engine, model, language)
+    target = cache_path(sha256 or paths.file_sha256(path), settings.engine, model, language)
     if (found := _cached(target)) is None:
         if progress is not None:  # at once: loading, decoding and VAD take seconds
             progress(0.0, STAGE)

@@ -32,7 +32,8 @@ import folders
 import fulltext
 import kb as kbmod
 import limits
-import queue_runner
+import paths
+import run_status
 import safeopen
 from pidlock import LockBusy, PidLock
 
@@ -123,7 +124,7 @@ class Indexer:
         self.kb = kb
         self.progress = progress
         self.report = report
-        self.lock = PidLock(kb.folder / ".writer.lock", f"indexing of KB {kb.id!r}")
+        self.lock = PidLock(kb.folder / run_status.WRITER_LOCK, f"indexing of KB {kb.id!r}")
         self.lock.acquire()
         try:
             self.conn = fulltext.connect(kb.fulltext_path)
@@ -479,13 +480,13 @@ def _no_chunks_warning(lines: int) -> str:
 
 def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], progress: bool,
          report: Report | None, reset_embeddings: bool = False,
-         run: queue_runner.RunStatus | None = None) -> Summary:
+         run: run_status.RunStatus | None = None) -> Summary:
     """Open the KB's writer, reconcile, do the work, and summarise. `reset_embeddings` drops
     every vector first: reconciling would embed pending chunks into the old model's
     collection, and stop there, when the embedder has changed. While it holds the writer lock
-    the run keeps the KB's status file (`run`: how it was started; see queue_runner), so
+    the run keeps the KB's status file (`run`: how it was started; see run_status), so
     status reads show CLI runs too, and a killed one as interrupted."""
-    run = run or queue_runner.RunStatus(kb.folder, "api")
+    run = run or run_status.RunStatus(kb.folder, "api")
     summary = Summary(kb=kb.id)
     try:
         indexer = Indexer(kb, progress=progress, report=run.reporter(report))
@@ -513,7 +514,7 @@ def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], prog
 
 def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None = None,
            force: bool = False, progress: bool = False, report: Report | None = None,
-           run: queue_runner.RunStatus | None = None,
+           run: run_status.RunStatus | None = None,
            inside: list[Path] | None = None) -> Summary:
     """Index files and folders into a KB and return what happened. Raises SourceNameTaken,
     before any work, when a name already names another file's source, and limits.UserError
@@ -568,7 +569,7 @@ def _is_other_file(indexed: str | None, path: Path) -> bool:
 def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: bool = False,
          progress: bool = False, report: Report | None = None,
          should_stop: Callable[[], bool] | None = None,
-         run: queue_runner.RunStatus | None = None) -> Summary:
+         run: run_status.RunStatus | None = None) -> Summary:
     """Bring a KB in line with its sourcePaths folders.
 
     `full`: index new and changed files, drop deleted ones (force: re-extract every file).
@@ -617,7 +618,7 @@ def _kb_folders(kb: kbmod.KnowledgeBase) -> list[Path]:
 
 
 def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
-            run: queue_runner.RunStatus | None = None) -> Summary:
+            run: run_status.RunStatus | None = None) -> Summary:
     """Rebuild both stores of a KB from its source files, for an index that is damaged.
 
     The old fulltext.sqlite3 (with its -wal and -shm) and the embedded chroma/ folder are
@@ -627,7 +628,7 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
     """
     import chroma_store
 
-    with PidLock(kb.folder / ".writer.lock", f"rebuild of KB {kb.id!r}"):
+    with PidLock(kb.folder / run_status.WRITER_LOCK, f"rebuild of KB {kb.id!r}"):
         known, unread = _indexed_paths(kb.fulltext_path)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         _move_aside(kb, stamp)
@@ -753,12 +754,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
     if args.rebuild and args.path is not None:
         parser.error("--rebuild takes no PATH: it re-indexes the files the KB already knows")
-    base = args.base_path or kbmod.default_base_path()
+    base = args.base_path or paths.default_base_path()
     if args.rebuild and args.kb not in kbmod.list_ids(base):
         print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to rebuild",
               file=sys.stderr)
         return 2
-    run = queue_runner.RunStatus(base / args.kb, "cli", "full", args.force)
+    run = run_status.RunStatus(base / args.kb, "cli", "full", args.force)
     try:
         if args.rebuild:
             summary = rebuild(kbmod.load(base, args.kb), progress=not args.quiet, run=run)

@@ -335,7 +335,7 @@ class Library:
         """Index one file. A refused call changes nothing on disk: an agent's typo in kb_id
         must not leave a new KB behind (with two KBs, every call without kb_id would fail)."""
         import ingest
-        import queue_runner
+        import run_status
 
         check_text(path, "path", limits.MAX_PATH_CHARS)
         limits.check_name(source_name, "source_name")
@@ -354,7 +354,7 @@ class Library:
         kb = kbmod.open_or_create(self.base, kb.id)
         try:
             summary = ingest.ingest(kb, [target], source_name or None, report=report,
-                                    run=queue_runner.RunStatus(kb.folder, "ingest_file"),
+                                    run=run_status.RunStatus(kb.folder, "ingest_file"),
                                     inside=allowed_folders(kb))  # checked again when opened
         except (LockBusy, ingest.EmbedderUnavailable, ingest.SourceNameTaken) as err:
             raise UserError(str(err)) from None  # wait and retry, or pick another name
