@@ -313,7 +313,7 @@ def _transcribe_each(model: str, files: list[str]) -> None:
     """Child process: load `model` once, transcribe each file (no cache), print one JSON
     line each: seconds, audio seconds, seconds to the first segment (the progress hook's
     first report comes with it)."""
-    import audio
+    from formats import audio
 
     start = time.perf_counter()
     engine = audio.engine_for(audio.Settings(device="cpu"), model)
@@ -341,7 +341,7 @@ def _audio_run(model: str, files: list[Path], threads: int) -> tuple[int, list[d
 def bench_audio(folder: Path, threads: int, busy: bool) -> int:
     """Real-time factor per model on every corpus recording, peak memory, model load time and
     time to the first line; each model in its own process; `base` is the baseline."""
-    import audio
+    from formats import audio
 
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in audio.AUDIO_SUFFIXES)
     if not files:

@@ -1,9 +1,11 @@
 """Turn one document into pages of raw lines: the unit every citation points at.
 
-Reads one file (PDF, TXT/MD in any common encoding, and through the modules it registers:
+Layer: the pipeline's first stage (file -> lines), above the format readers in formats/.
+Reads one file (PDF, TXT/MD in any common encoding, and through the readers it registers:
 DOCX/XLSX/PPTX, HWPX/HWP, OFD, images, audio); writes only the OCR and transcript caches
-(ocr.py, audio.py). `extract(path)` returns `Extracted(pages, parser)`: each page is a list of
-lines, and a line number is the 1-based index into that page's text split on "\\n".
+(formats/ocr.py, formats/audio.py). `extract(path)` returns `Extracted(pages, parser)`: each
+page is a list of lines, and a line number is the 1-based index into that page's text split
+on "\\n".
 `ingest.py` stores these lines as they are and `read_range` serves them back, so the
 numbering made here is the numbering everywhere.
 A file that cannot be read raises `ExtractError(reason, detail)`, never anything else.
@@ -181,7 +183,7 @@ def _pdfium_lost_text(page: pdfium.PdfPage, textpage: pdfium.PdfTextPage) -> boo
 
 def _pdfminer_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, set[int]]:
     """Text of each page with pdfminer.six: slow, but its CMaps read CJK that pdfium misses.
-    Laid out by pdflayout.py, whose reading order does not change from run to run."""
+    Laid out by formats/pdflayout.py, whose reading order does not change from run to run."""
     from io import StringIO
 
     from pdfminer.layout import LAParams
@@ -190,7 +192,7 @@ def _pdfminer_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, se
     from pdfminer.pdfpage import PDFPage
     from pdfminer.pdfparser import PDFParser
 
-    from pdflayout import StableTextConverter
+    from formats.pdflayout import StableTextConverter
 
     start, texts, manager, chars = time.monotonic(), {}, PDFResourceManager(), 0
     with path.open("rb") as f:
@@ -309,7 +311,7 @@ def _ocr_pages(path: Path, pages: list[str], unread: list[int], used: list[str])
     """Give Tesseract the pages no backend could read (no text, or `unread`: junk or lost)
     and let ocr.py re-read scans whose own OCR layer is wrong. Patches `pages` in place, adds
     "ocr" to `used`, returns warnings ("ocr unavailable: ..." when Tesseract is missing)."""
-    import ocr
+    from formats import ocr
 
     unusable = sorted({*unread, *(i for i, text in enumerate(pages) if not text.split())})
     try:
@@ -454,7 +456,7 @@ def extract_image(path: Path) -> Extracted:
     """An image file as a document: one page per frame, read by OCR (ocr.read_image)."""
     from PIL import Image
 
-    import ocr
+    from formats import ocr
 
     try:
         texts, warnings = ocr.read_image(path)
@@ -473,13 +475,14 @@ def extract_image(path: Path) -> Extracted:
     return Extracted(pages, "tesseract", warnings)
 
 
-def _lazy(module: str, function: str) -> Callable[[Path], Extracted]:
-    """An extractor living in another module, imported on first use (keeps start-up fast)."""
+def _lazy(reader: str, function: str) -> Callable[[Path], Extracted]:
+    """An extractor living in the reader module formats/`reader`.py, imported on first use
+    (keeps start-up fast)."""
 
     def run(path: Path) -> Extracted:
         import importlib
 
-        return getattr(importlib.import_module(module), function)(path)
+        return getattr(importlib.import_module(f"formats.{reader}"), function)(path)
 
     return run
 

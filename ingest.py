@@ -113,10 +113,10 @@ class Indexer:
 
     def __init__(self, kb: kbmod.KnowledgeBase, progress: bool = False,
                  report: Report | None = None):
-        import audio
         import chroma_store
         import contextualize
         import segment
+        from formats import audio
 
         self.max_file_bytes = _max_file_bytes()
         self.contexts = contextualize.Step(kb.contextualizer, segment.tokens)
@@ -395,7 +395,7 @@ class Indexer:
         """Index files one by one, embedding after each; stop cleanly between files if asked.
         A recording's transcription also reports its percentage, on the bar and to `report`
         (`transcribing meeting.m4a 42%`), so a 20-minute file is seen to move."""
-        import audio
+        from formats import audio
 
         bar = _progress(files, len(files), "files", self.progress)
         for done, (path, name) in enumerate(bar):
@@ -725,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) != 2:
             print("usage: python ingest.py smoke-ocr FILE.pdf|IMAGE", file=sys.stderr)
             return 2
-        import ocr
+        from formats import ocr
 
         return ocr.smoke(Path(argv[1]))
     parser = argparse.ArgumentParser(

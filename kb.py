@@ -198,7 +198,7 @@ def _validate_contextualizer(block: dict, path: Path) -> None:
 
 def _validate_audio(block: dict, path: Path) -> None:
     """Check the `audio` block against audio.CONFIG_FIELDS: engine, device, language, threads."""
-    import audio
+    from formats import audio
 
     _check_fields("audio", block, audio.CONFIG_FIELDS, path)
     choices = {"engine": audio.ENGINES, "device": audio.DEVICES}

@@ -18,8 +18,8 @@ from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 
 import extract
-import ocr
 from extract import ExtractError
+from formats import ocr
 
 SCANNED = ("corpus", "pdf", "scanned")
 KEY = f"{ocr.DEFAULT_LANG}.{ocr.DPI}"  # how cache files are named after the page

@@ -37,7 +37,7 @@ import zipfile
 from pathlib import Path
 
 from extract import Extracted, ExtractError, check_zip
-from zipxml import children, local, parse_xml, read_member
+from formats.zipxml import children, local, parse_xml, read_member
 
 # -----------------------------------------------------------------------------
 SECTION_NAME = re.compile(r"Contents/section(\d+)\.xml", re.IGNORECASE)  # a body part

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import office
 from extract import Extracted, ExtractError
+from formats import office
 
 # -----------------------------------------------------------------------------
 SOFFICE_SECONDS = 180  # a LibreOffice conversion slower than this is given up (and killed)

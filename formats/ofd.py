@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from extract import Extracted, ExtractError, check_zip
-from zipxml import children, local, parse_xml, read_member
+from formats.zipxml import children, local, parse_xml, read_member
 
 # -----------------------------------------------------------------------------
 LINE_TOLERANCE = 0.5  # same line: baselines closer than this x the smaller font size

@@ -7,8 +7,8 @@ sends those suffixes to `extract_audio`, which returns pages of lines like every
 one line per Whisper segment, prefixed `[mm:ss]` (`[h:mm:ss]` past an hour), one page per
 PAGE_SECONDS of recording.
 
-    python audio.py transcribe talk.mp3   # print the transcript (exit 1: no engine)
-    python audio.py fetch [MODEL]         # download a model once, with progress (install.sh)
+    python -m formats.audio transcribe talk.mp3  # print the transcript (exit 1: no engine)
+    python -m formats.audio fetch [MODEL]        # download a model once, with progress (install.sh)
     LINECITE_WHISPER_MODEL=/models/base LINECITE_AUDIO_CACHE=/tmp/a python ingest.py talk.mp3
 
 Engines share one small interface (`Engine.transcribe(path, language, progress)`):
@@ -260,7 +260,7 @@ def _no_engine_message(engine: str) -> str:
 
 def _model_message(model: str, exc: Exception) -> str:
     return (f"the Whisper model {model!r} could not be loaded ({type(exc).__name__}: "
-            f"{str(exc)[:200]}); on a machine without network run `python audio.py fetch` "
+            f"{str(exc)[:200]}); on a machine without network run `python -m formats.audio fetch` "
             f"once elsewhere, or set {MODEL_ENV} to a local model folder")
 
 
@@ -432,8 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] not in ("transcribe", "fetch") or (args[0] == "transcribe"
                                                                and len(args) != 2):
-        print("usage: python audio.py transcribe FILE | python audio.py fetch [MODEL]",
-              file=sys.stderr)
+        print("usage: python -m formats.audio transcribe FILE | "
+              "python -m formats.audio fetch [MODEL]", file=sys.stderr)
         return 2
     if args[0] == "fetch":
         return _fetch(args[1] if len(args) > 1 else "")

@@ -37,9 +37,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import markup
-import office
 from extract import Extracted, ExtractError, _clean_lines, _decode, check_text_size, supported
+from formats import markup, office
 
 # -----------------------------------------------------------------------------
 HEADERS = ("From", "To", "Cc", "Date", "Subject")  # the header lines, in this order

@@ -33,9 +33,8 @@ from posixpath import dirname, normpath
 from typing import Any
 from urllib.parse import unquote
 
-import office
-import zipxml
 from extract import Extracted, ExtractError, _decode, check_text_size, check_zip
+from formats import office, zipxml
 
 # -----------------------------------------------------------------------------
 SEP = office.SEP  # between the cells of a table row
