@@ -9,7 +9,7 @@ on "\\n".
 `ingest.py` stores these lines as they are and `read_range` serves them back, so the
 numbering made here is the numbering everywhere.
 A file that cannot be read raises `ExtractError(reason, detail)`, never anything else.
-Speed: `python benchmark.py extract`.
+Speed: `python -m bench speed extract`.
 
 PDF backends, in the order measured best on ../shared/corpus/pdf (figures in the README):
 pypdfium2 (fastest, keeps lines), then pdfminer.six (the only one that reads

@@ -19,12 +19,12 @@ from conftest import call, clean_env, shared_path
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-import benchmark
 import extract
 import fulltext
 import ingest
 import kb as kbmod
 import search
+from bench import benchmark
 from formats import audio
 
 AUDIO = ("corpus", "audio")

@@ -12,9 +12,9 @@ import pytest
 from conftest import shared_path, text_pdf
 from fpdf import FPDF
 
-import benchmark
 import chunking
 import extract
+from bench import benchmark
 from extract import Extracted, ExtractError
 
 NATO = (
