@@ -445,11 +445,11 @@ def _unreadable(path: Path, err: OSError) -> tuple[str, str]:
 def _max_file_bytes() -> int:
     """LINECITE_MAX_FILE_MB in bytes. LINECITE_MAX_TEXT_CHARS is checked too, so a typo in
     either stops the run before any file is read, not halfway through."""
-    import extract
+    from formats import base
 
     try:
-        extract.env_number(extract.MAX_TEXT_ENV, extract.MAX_TEXT_CHARS)
-        return int(extract.env_number(MAX_FILE_ENV, MAX_FILE_MB) * 2**20)
+        base.env_number(base.MAX_TEXT_ENV, base.MAX_TEXT_CHARS)
+        return int(base.env_number(MAX_FILE_ENV, MAX_FILE_MB) * 2**20)
     except ValueError as err:
         raise kbmod.ConfigError(str(err)) from err
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import atomic
 import paths
+from formats.base import Extracted, ExtractError
 
 # -----------------------------------------------------------------------------
 AUDIO_SUFFIXES = (".mp3", ".wav", ".m4a", ".ogg", ".flac", ".webm", ".mp4")
@@ -397,31 +398,29 @@ def transcribe(path: Path, settings: Settings | None = None, sha256: str | None 
 
 def extract_audio(path: Path):
     """A recording as pages of `[mm:ss]` lines (extract.EXTRACTORS' entry for audio)."""
-    import extract
-
     path = Path(path)
     try:
         duration = probe(path)
     except ValueError as exc:
-        raise extract.ExtractError("corrupt", f"{path.name} could not be read as audio ({exc});"
+        raise ExtractError("corrupt", f"{path.name} could not be read as audio ({exc});"
                                               " re-export it from the recorder") from exc
     if duration > MAX_SECONDS:
-        raise extract.ExtractError("too-large", f"{path.name} runs {duration / 3600:.1f} h, "
+        raise ExtractError("too-large", f"{path.name} runs {duration / 3600:.1f} h, "
                                                 f"past the {MAX_SECONDS // 3600} h limit per "
                                                 "recording; split it and index the parts")
     settings = current_settings()
     try:
         found = transcribe(path, settings, progress=getattr(_LISTENER, "progress", None))
     except AudioUnavailable as exc:
-        raise extract.ExtractError("audio-unavailable", f"{path.name} needs transcription: "
+        raise ExtractError("audio-unavailable", f"{path.name} needs transcription: "
                                                         f"{exc}") from exc
     pages = to_pages(found.segments, settings.simplified)
     parser = f"{found.engine}:{found.model} {found.language} {found.seconds:.1f}s"
     if not pages:
         warning = (f"no speech: {found.engine} found no speech in {path.name} "
                    f"({found.duration:.1f} s of audio), so it has no lines to search")
-        return extract.Extracted([[]], parser, [warning])
-    return extract.Extracted(pages, parser)
+        return Extracted([[]], parser, [warning])
+    return Extracted(pages, parser)
 
 
 # ----------------------------------------------------------------------------- command line

@@ -36,7 +36,7 @@ import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 
-from extract import Extracted, ExtractError, check_zip
+from formats.base import Extracted, ExtractError, check_zip
 from formats.zipxml import children, local, parse_xml, read_member
 
 # -----------------------------------------------------------------------------

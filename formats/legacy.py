@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from extract import Extracted, ExtractError
 from formats import office
+from formats.base import Extracted, ExtractError
 
 # -----------------------------------------------------------------------------
 SOFFICE_SECONDS = 180  # a LibreOffice conversion slower than this is given up (and killed)

@@ -2,7 +2,7 @@
 raw lines.
 
 Reads one file, writes nothing; keeps the contract of `extract.py` (`Extracted(pages,
-parser)`, ExtractError only). Zip-based formats (EPUB, ODF) pass `extract.check_zip` (zip
+parser)`, ExtractError only). Zip-based formats (EPUB, ODF) pass `formats.base.check_zip` (zip
 bombs) before any member is inflated, and their XML is read through zipxml (no DTDs, so no
 entity expansion). XHTML goes through the standard library's HTMLParser, which expands no
 custom entities either.
@@ -33,8 +33,8 @@ from posixpath import dirname, normpath
 from typing import Any
 from urllib.parse import unquote
 
-from extract import Extracted, ExtractError, _decode, check_text_size, check_zip
 from formats import office, zipxml
+from formats.base import Extracted, ExtractError, check_text_size, check_zip, decode_text
 
 # -----------------------------------------------------------------------------
 SEP = office.SEP  # between the cells of a table row
@@ -130,7 +130,7 @@ def extract_html(path: Path) -> Extracted:
         except (LookupError, UnicodeDecodeError):
             text = None
     if text is None:
-        decoded = _decode(data)
+        decoded = decode_text(data)
         if decoded is None:
             raise ExtractError("binary", f"{path.name} holds binary data, not HTML; give it "
                                          "its real extension.")

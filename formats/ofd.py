@@ -32,7 +32,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from extract import Extracted, ExtractError, check_zip
+from formats.base import Extracted, ExtractError, check_zip
 from formats.zipxml import children, local, parse_xml, read_member
 
 # -----------------------------------------------------------------------------
