@@ -9,6 +9,8 @@ construction), and `plan_sync` compares them with fulltext.sqlite3: added, modif
 mtime, then SHA-256), deleted (never a source under a folder that could not be listed). ingest.py
 indexes what the plan says; `check_changes` shows the plan as it is. `file_sha256` is the one
 file hasher (change tests here, the OCR and transcript caches).
+
+Layer: pipeline: what a folder sync would do, above the config layer and extract.py.
 """
 
 from __future__ import annotations

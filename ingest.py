@@ -12,6 +12,8 @@ source's lines and chunks (fulltext.py) -> embed pending chunks -> Chroma (chrom
 -> mark them indexed. SQLite is the record and Chroma follows it; a reconcile pass at the
 start of every run finishes whatever a crash left. Progress goes to stderr, the JSON summary
 to stdout.
+
+Layer: pipeline: the indexing run that drives every stage, below the queue and the server.
 """
 
 from __future__ import annotations

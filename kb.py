@@ -4,6 +4,9 @@ The base folder holds one folder per KB (`<base>/<kb_id>/` with `config.json`,
 `fulltext.sqlite3` and `chroma/`). The base is `--base-path`, else `LINECITE_HOME`, else the
 platform's user data folder. A KB named on the command line that does not exist yet is
 created with defaults, so `python ingest.py FILE` needs no set-up at all.
+
+Layer: config: a KB's folder and config.json, above storage and the stages whose settings it
+checks.
 """
 
 from __future__ import annotations

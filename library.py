@@ -6,6 +6,8 @@ again at the next tool call, and what depends on it reopened. Functions here ret
 and raise UserError with a message that names the fix; server.py turns that into a ToolError.
 `ingest_file` is the one writer: it runs the indexer (ingest.py) on a file inside a folder the
 KB allows.
+
+Layer: surface: what the MCP tools do, above the pipeline and the queue; server.py is its face.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ Claude Desktop for Windows is now an MSIX package that reads
 and ignores `%APPDATA%\\Claude\\...` (anthropics/claude-code#26073); the older installer reads the
 latter. `--claude-auto` writes each package's file, plus the classic one when it exists or
 when no package is installed. install.sh and install.ps1 both run this file.
+
+Layer: installer helper (beside install.ps1/install.sh), above the config layer.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ file is opened once, and what was opened is what is checked:
 The extractors get `snapshot`: a private copy made from the descriptor, so parsers that open
 a path themselves (pdfium, zipfile, LibreOffice) read the checked bytes. Imports nothing of
 the project.
+
+Layer: ground (no project imports): how every reader opens a user's file.
 """
 
 from __future__ import annotations

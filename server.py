@@ -8,6 +8,8 @@ Serves every knowledge base under the base folder (`--base-path`, else LINECITE_
 the user data folder). Tools are thin: each calls one Library method (library.py). Kiwi,
 jieba, the embedder and Chroma load on the first call that needs them, so tools are listed
 about a second after spawn. Nothing but protocol is written to stdout.
+
+Layer: surface (top): the MCP tools and transports; nothing of the product imports it.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@
     python -m bench quality SET ...     # evaluate.py: nDCG/recall on the team's eval sets
 
 Each command hands the rest of the command line to that script's own parser (`--help` there).
+
+Layer: measurement (bench/): the one entry point.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ Each section is a subcommand and a function; others add theirs (ingest, search) 
 pypdf over every PDF in DIR (default: the FinanceBench subset, 36 SEC filings) and prints
 pages/s and ms/page for both. --workers N runs a spawn-safe process pool of N, which is how
 the target (30 pages/s on 2 cores) is met if one process falls short.
+
+Layer: measurement (bench/), on top of the product; nothing of it imports bench/.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ Every query of the split goes through search.Searcher in each method of METHODS;
 becomes a document ranking (each source at its first hit). Prints nDCG@10 and recall@10 per
 method and their ratio to BM25 measured in the same run, plus how many queries each method
 ranks worse than BM25 does. Progress to stderr, table to stdout.
+
+Layer: measurement (bench/), on top of the product; nothing of it imports bench/.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ queries (ko, zh, en in turn) through library.Library.search, warm, in bm25, vect
 exact (1-2 character needles and longer ones); the baseline (BM25Okapi over the same tokens,
 the same Chroma query, RRF k=60) over the same queries; disk; and a new `server.py` over
 stdio to its first answer per mode and language. One table; --json adds one JSON object.
+
+Layer: measurement (bench/), on top of the product; nothing of it imports bench/.
 """
 
 from __future__ import annotations

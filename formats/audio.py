@@ -17,6 +17,8 @@ openai-whisper (PyTorch, needs ffmpeg on PATH; for users who already have it). S
 from the KB's `audio` block (`configure`), and LINECITE_WHISPER_MODEL wins over its model.
 Long recordings report how far they are, `(share done 0..1, stage)`, to the `progress`
 callable `transcribe` is given (extract_audio passes the one `reporting` set in its thread).
+
+Layer: reader (formats/), above formats/base.py and paths.py, below extract.py.
 """
 
 from __future__ import annotations

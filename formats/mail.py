@@ -22,6 +22,9 @@ UTF-16LE, 001E 8-bit in the message's code page, 0102 binary) or 16-byte entries
 message the nested storage `__substg1.0_3701000D`. The compressed RTF body (MS-OXRTFCP) is
 decompressed here and read by markup.rtf_text. Encrypted mail (S/MIME, PGP, IRM) ends
 `password-protected`.
+
+Layer: reader (formats/), above formats/markup.py; it asks extract.supported which attachments a
+reader claims.
 """
 
 from __future__ import annotations

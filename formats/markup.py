@@ -20,6 +20,8 @@ What page and line mean:
 - ODS: as XLSX: a page is a sheet, line 1 "[sheet] NAME", line N is row N-1, dates ISO 8601.
 - ODP: a page is a slide, its title first, then its text frames top-to-bottom and
   left-to-right, then "[notes] ..." lines.
+
+Layer: reader (formats/), above formats/office.py, below extract.py.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ Pages render with pypdfium2 at DPI (no poppler), in the calling thread (pdfium i
 thread-safe); each page then runs in its own tesseract process from a thread pool, with
 OMP_THREAD_LIMIT=1 so the processes do not fight over cores, and no more of them than fit in
 MEMORY_BUDGET beside the caller (LINECITE_OCR_WORKERS overrides). Figures are in the README.
+
+Layer: reader (formats/), above paths.py; extract.py calls it for images and scanned pages.
 """
 
 from __future__ import annotations

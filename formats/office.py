@@ -32,6 +32,8 @@ What page and line mean:
   rows joined by " | ", charts as "[chart] ..." rows), then "[notes] ..." lines.
 In every table, sheet and chart a row is one line: a cell's own line breaks become spaces,
 trailing empty cells are dropped, and a merged cell's value appears once, in its first cell.
+
+Layer: reader (formats/), above formats/base.py, below extract.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ ExtractError (encrypted, damaged, unsupported packing), and parsed with DTDs ref
 entity expansion or external file is ever reached. Tag names are compared without their
 namespace: writers differ in prefixes and namespace URIs. formats.base.check_zip vets the zip's
 directory (bombs) before any of this runs.
+
+Layer: reader helper (formats/), above formats/base.py, below the zip/XML readers.
 """
 
 from __future__ import annotations
