@@ -5,6 +5,8 @@ Every settings, status and cache file linecite rewrites goes through `write_text
 os.replace swaps it in. A crash or an error mid-write leaves the old file and no temp file.
 `retry_in_use` waits out Windows refusing to replace or read a file another process has open.
 This module imports nothing from the project, so any module may use it.
+
+Layer: ground (no project imports): atomic file writes for every layer.
 """
 
 from __future__ import annotations

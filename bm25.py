@@ -15,6 +15,8 @@ those chunks' old postings dead, writes their current tokens as a new segment, a
 FANOUT segments of one size tier into one, dropping what is dead. A term's postings are one
 row per segment, so a query reads a few dozen rows a term at any size; rows are kept in the
 order they are written (a flush appends) and found through an index on (term, seg).
+
+Layer: storage: the lexical leg's index and scoring inside fulltext.sqlite3.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ The embedder also goes into the collection's configuration as a chromadb
 default ONNX model, which would be a download at first use. Importing this module is cheap:
 chromadb and numpy load on first use. A bare chromadb process that reopens our collection
 with `get_collection(name)` must touch `chroma_store.UseEmbedding` first.
+
+Layer: storage: the vector store, below the pipeline and search.
 """
 
 from __future__ import annotations

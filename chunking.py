@@ -10,6 +10,8 @@ by newlines (or, for a piece of a long line, a substring of that line).
 `noise_lines(pages)` finds the noise (the lines stay in fulltext.sqlite3 with their numbers;
 only chunks leave them out). Reads and writes nothing: ingest.py hands pages in and stores
 the chunks.
+
+Layer: pipeline stage (lines -> chunks), above storage and below ingest.py.
 """
 
 from __future__ import annotations

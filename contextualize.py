@@ -19,6 +19,8 @@ key (401/403) or a provider still unreachable after its retries stops contextual
 run (the reason is kept in the index's meta for get_index_info); the chunks are embedded
 without a context and get one on a later run. A chunk whose call fails otherwise is marked
 failed and retried on later runs, up to fulltext.MAX_CONTEXT_ATTEMPTS.
+
+Layer: pipeline stage (chunks -> contextualized chunks), above storage and embedders.
 """
 
 from __future__ import annotations
@@ -89,10 +91,6 @@ The passage to situate:
 <passage>
 {chunk}
 </passage>"""
-
-
-class ContextStop(RuntimeError):
-    """Nothing more can be contextualized this run (a refused key, a provider unreachable)."""
 
 
 def signature_of(config: dict | None) -> tuple[str, str] | None:

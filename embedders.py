@@ -23,6 +23,8 @@ halving can isolate the one bad chunk. A search query is different: a search wai
 it gets one try within QUERY_TIMEOUT, and an endpoint that fails one (no answer, 5xx, 429) is
 skipped by a per-endpoint breaker for a pause that doubles while it keeps failing (`auto` then
 answers from BM25 at once). Importing this module loads no model and no httpx.
+
+Layer: ground (no project imports): the vector leg's embedders, handed to the stores.
 """
 
 from __future__ import annotations

@@ -9,12 +9,13 @@ construction), and `plan_sync` compares them with fulltext.sqlite3: added, modif
 mtime, then SHA-256), deleted (never a source under a folder that could not be listed). ingest.py
 indexes what the plan says; `check_changes` shows the plan as it is. `file_sha256` is the one
 file hasher (change tests here, the OCR and transcript caches).
+
+Layer: pipeline: what a folder sync would do, above the config layer and extract.py.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import fulltext
 import limits
-import safeopen
+import paths
 
 if TYPE_CHECKING:
     import kb as kbmod
@@ -32,13 +33,6 @@ RETRY_STATES = ("failed", "needs_action")  # unreadable last time: try again on 
 HIDDEN_ATTRIBUTES = 0x2 | 0x4  # FILE_ATTRIBUTE_HIDDEN | FILE_ATTRIBUTE_SYSTEM (Windows)
 UNSUPPORTED_EXAMPLES = 3  # file names listed per unsupported extension (the count is whole)
 # ---------------------------------------------------------------------------
-
-
-def file_sha256(path: Path) -> str:
-    """A file's SHA-256, read in 1 MB blocks; safeopen.Refused (an OSError) for a device or a
-    pipe, which would never end or never open."""
-    with safeopen.open_document(path) as opened:
-        return safeopen.sha256(opened, sys.maxsize)
 
 
 def same_stat(row, stat: os.stat_result) -> bool:
@@ -236,7 +230,7 @@ def _changed(row, path: Path) -> bool:
     try:
         if same_stat(row, path.stat()):
             return False
-        return row["sha256"] != file_sha256(path)
+        return row["sha256"] != paths.file_sha256(path)
     except OSError:
         return True
 

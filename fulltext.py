@@ -18,6 +18,8 @@ to `chroma_tombstones` in that same transaction so a crash can never leak them.
 The schema, its numbered migrations and `connect` (writable and migrated for the indexer,
 read-only for the server, which never migrates) live in fulltext_schema.py; this module is
 what is written and read through a connection.
+
+Layer: storage: the SQLite record (lines, chunks, states), below the pipeline and search.
 """
 
 from __future__ import annotations
@@ -566,7 +568,7 @@ def top_chunks(conn: sqlite3.Connection, scores, limit: int) -> list[tuple[sqlit
 
 def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: int,
                 source: str | None = None) -> list[tuple[sqlite3.Row, float]]:
-    """Chunks ranked by FTS5's BM25, best first."""
+    """Chunks ranked by BM25 (FTS5's formula, scored by bm25.py), best first."""
     return top_chunks(conn, bm25_all(conn, query_tokens, source), limit)
 
 

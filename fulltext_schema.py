@@ -4,6 +4,8 @@
 `BEGIN IMMEDIATE ... COMMIT` (schema version in `PRAGMA user_version`); `connect(path,
 readonly=True)` is the server's: read-only, falling back to `immutable` on a folder nobody can
 write, never migrating. fulltext.py holds what is written and read through the connection.
+
+Layer: storage: the SQLite record's schema, below fulltext.py.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ source's lines and chunks (fulltext.py) -> embed pending chunks -> Chroma (chrom
 -> mark them indexed. SQLite is the record and Chroma follows it; a reconcile pass at the
 start of every run finishes whatever a crash left. Progress goes to stderr, the JSON summary
 to stdout.
+
+Layer: pipeline: the indexing run that drives every stage, below the queue and the server.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import folders
 import fulltext
 import kb as kbmod
 import limits
-import queue_runner
+import paths
+import run_status
 import safeopen
 from pidlock import LockBusy, PidLock
 
@@ -112,10 +115,10 @@ class Indexer:
 
     def __init__(self, kb: kbmod.KnowledgeBase, progress: bool = False,
                  report: Report | None = None):
-        import audio
         import chroma_store
         import contextualize
         import segment
+        from formats import audio
 
         self.max_file_bytes = _max_file_bytes()
         self.contexts = contextualize.Step(kb.contextualizer, segment.tokens)
@@ -123,7 +126,7 @@ class Indexer:
         self.kb = kb
         self.progress = progress
         self.report = report
-        self.lock = PidLock(kb.folder / ".writer.lock", f"indexing of KB {kb.id!r}")
+        self.lock = PidLock(kb.folder / run_status.WRITER_LOCK, f"indexing of KB {kb.id!r}")
         self.lock.acquire()
         try:
             self.conn = fulltext.connect(kb.fulltext_path)
@@ -394,7 +397,7 @@ class Indexer:
         """Index files one by one, embedding after each; stop cleanly between files if asked.
         A recording's transcription also reports its percentage, on the bar and to `report`
         (`transcribing meeting.m4a 42%`), so a 20-minute file is seen to move."""
-        import audio
+        from formats import audio
 
         bar = _progress(files, len(files), "files", self.progress)
         for done, (path, name) in enumerate(bar):
@@ -444,11 +447,11 @@ def _unreadable(path: Path, err: OSError) -> tuple[str, str]:
 def _max_file_bytes() -> int:
     """LINECITE_MAX_FILE_MB in bytes. LINECITE_MAX_TEXT_CHARS is checked too, so a typo in
     either stops the run before any file is read, not halfway through."""
-    import extract
+    from formats import base
 
     try:
-        extract.env_number(extract.MAX_TEXT_ENV, extract.MAX_TEXT_CHARS)
-        return int(extract.env_number(MAX_FILE_ENV, MAX_FILE_MB) * 2**20)
+        base.env_number(base.MAX_TEXT_ENV, base.MAX_TEXT_CHARS)
+        return int(base.env_number(MAX_FILE_ENV, MAX_FILE_MB) * 2**20)
     except ValueError as err:
         raise kbmod.ConfigError(str(err)) from err
 
@@ -479,13 +482,13 @@ def _no_chunks_warning(lines: int) -> str:
 
 def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], progress: bool,
          report: Report | None, reset_embeddings: bool = False,
-         run: queue_runner.RunStatus | None = None) -> Summary:
+         run: run_status.RunStatus | None = None) -> Summary:
     """Open the KB's writer, reconcile, do the work, and summarise. `reset_embeddings` drops
     every vector first: reconciling would embed pending chunks into the old model's
     collection, and stop there, when the embedder has changed. While it holds the writer lock
-    the run keeps the KB's status file (`run`: how it was started; see queue_runner), so
+    the run keeps the KB's status file (`run`: how it was started; see run_status), so
     status reads show CLI runs too, and a killed one as interrupted."""
-    run = run or queue_runner.RunStatus(kb.folder, "api")
+    run = run or run_status.RunStatus(kb.folder, "api")
     summary = Summary(kb=kb.id)
     try:
         indexer = Indexer(kb, progress=progress, report=run.reporter(report))
@@ -513,7 +516,7 @@ def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], prog
 
 def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None = None,
            force: bool = False, progress: bool = False, report: Report | None = None,
-           run: queue_runner.RunStatus | None = None,
+           run: run_status.RunStatus | None = None,
            inside: list[Path] | None = None) -> Summary:
     """Index files and folders into a KB and return what happened. Raises SourceNameTaken,
     before any work, when a name already names another file's source, and limits.UserError
@@ -568,7 +571,7 @@ def _is_other_file(indexed: str | None, path: Path) -> bool:
 def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: bool = False,
          progress: bool = False, report: Report | None = None,
          should_stop: Callable[[], bool] | None = None,
-         run: queue_runner.RunStatus | None = None) -> Summary:
+         run: run_status.RunStatus | None = None) -> Summary:
     """Bring a KB in line with its sourcePaths folders.
 
     `full`: index new and changed files, drop deleted ones (force: re-extract every file).
@@ -617,7 +620,7 @@ def _kb_folders(kb: kbmod.KnowledgeBase) -> list[Path]:
 
 
 def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
-            run: queue_runner.RunStatus | None = None) -> Summary:
+            run: run_status.RunStatus | None = None) -> Summary:
     """Rebuild both stores of a KB from its source files, for an index that is damaged.
 
     The old fulltext.sqlite3 (with its -wal and -shm) and the embedded chroma/ folder are
@@ -627,7 +630,7 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
     """
     import chroma_store
 
-    with PidLock(kb.folder / ".writer.lock", f"rebuild of KB {kb.id!r}"):
+    with PidLock(kb.folder / run_status.WRITER_LOCK, f"rebuild of KB {kb.id!r}"):
         known, unread = _indexed_paths(kb.fulltext_path)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         _move_aside(kb, stamp)
@@ -724,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) != 2:
             print("usage: python ingest.py smoke-ocr FILE.pdf|IMAGE", file=sys.stderr)
             return 2
-        import ocr
+        from formats import ocr
 
         return ocr.smoke(Path(argv[1]))
     parser = argparse.ArgumentParser(
@@ -753,12 +756,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
     if args.rebuild and args.path is not None:
         parser.error("--rebuild takes no PATH: it re-indexes the files the KB already knows")
-    base = args.base_path or kbmod.default_base_path()
+    base = args.base_path or paths.default_base_path()
     if args.rebuild and args.kb not in kbmod.list_ids(base):
         print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to rebuild",
               file=sys.stderr)
         return 2
-    run = queue_runner.RunStatus(base / args.kb, "cli", "full", args.force)
+    run = run_status.RunStatus(base / args.kb, "cli", "full", args.force)
     try:
         if args.rebuild:
             summary = rebuild(kbmod.load(base, args.kb), progress=not args.quiet, run=run)

@@ -624,7 +624,7 @@ if ($WithOcr) {
     }
     if ($null -ne $tessExe) {
         $tessDir = Split-Path -Parent $tessExe
-        # ocr.py finds tesseract on PATH: add its folder to the user's PATH when it is not there.
+        # formats/ocr.py finds tesseract on PATH: add its folder to the user's PATH when it is not there.
         if ($null -eq (Get-Command tesseract -ErrorAction SilentlyContinue)) {
             $userPath = [Environment]::GetEnvironmentVariable('Path', 'User')
             [Environment]::SetEnvironmentVariable('Path', (@($userPath, $tessDir) | Where-Object { $_ }) -join ';', 'User')
@@ -697,7 +697,9 @@ if ($WithAudio) {
         Stop-Install ('pip could not install requirements-audio.txt (see above). If it names a file in use ' +
             '(WinError 5 or 32), quit Claude Desktop from its tray icon and other MCP hosts, then run this again.')
     }
-    if ((Invoke-Native $VenvPy @((Join-Path $Here 'audio.py'), 'fetch')) -ne 0) {
+    Push-Location $Here  # formats.audio is a module of the folder's package: run it from there
+    try { $fetched = Invoke-Native $VenvPy @('-m', 'formats.audio', 'fetch') } finally { Pop-Location }
+    if ($fetched -ne 0) {
         Write-Warning2 ('the Whisper model was not fetched now; linecite fetches it with the first recording, ' +
             'or set LINECITE_WHISPER_MODEL to a local model folder')
     }

@@ -363,7 +363,7 @@ if [ "$AUDIO" = 1 ]; then
     "$VENV_PY" -m pip install --disable-pip-version-check -r "$HERE/requirements-audio.txt" \
         -c "$CONSTRAINTS" ||
         die "pip could not install requirements-audio.txt (see above)"
-    "$VENV_PY" "$HERE/audio.py" fetch ||
+    (cd "$HERE" && "$VENV_PY" -m formats.audio fetch) ||
         warn "the Whisper model was not fetched now; linecite fetches it with the first" \
              "recording, or set LINECITE_WHISPER_MODEL to a local model folder"
     CHANGED=1

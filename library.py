@@ -6,6 +6,8 @@ again at the next tool call, and what depends on it reopened. Functions here ret
 and raise UserError with a message that names the fix; server.py turns that into a ToolError.
 `ingest_file` is the one writer: it runs the indexer (ingest.py) on a file inside a folder the
 KB allows.
+
+Layer: surface: what the MCP tools do, above the pipeline and the queue; server.py is its face.
 """
 
 from __future__ import annotations
@@ -416,7 +418,7 @@ class Library:
         """Index one file. A refused call changes nothing on disk: an agent's typo in kb_id
         must not leave a new KB behind (with two KBs, every call without kb_id would fail)."""
         import ingest
-        import queue_runner
+        import run_status
 
         check_text(path, "path", limits.MAX_PATH_CHARS)
         limits.check_name(source_name, "source_name")
@@ -435,7 +437,7 @@ class Library:
         kb = kbmod.open_or_create(self.base, kb.id)
         try:
             summary = ingest.ingest(kb, [target], source_name or None, report=report,
-                                    run=queue_runner.RunStatus(kb.folder, "ingest_file"),
+                                    run=run_status.RunStatus(kb.folder, "ingest_file"),
                                     inside=allowed_folders(kb))  # checked again when opened
         except (LockBusy, ingest.EmbedderUnavailable, ingest.SourceNameTaken) as err:
             raise UserError(str(err)) from None  # wait and retry, or pick another name

@@ -4,6 +4,8 @@ An agent can be confused as well as careful: it will paste a whole document as a
 path with a NUL in it. Every argument is checked here before any work, with an error that
 states the bound; every answer is cut to a stated size, with a marker and the way to read
 on. The README's "Security" section lists these numbers; change them here only.
+
+Layer: ground (no project imports): the bounds every layer checks against.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ Claude Desktop for Windows is now an MSIX package that reads
 and ignores `%APPDATA%\\Claude\\...` (anthropics/claude-code#26073); the older installer reads the
 latter. `--claude-auto` writes each package's file, plus the classic one when it exists or
 when no package is installed. install.sh and install.ps1 both run this file.
+
+Layer: installer helper (beside install.ps1/install.sh), above the config layer.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import atomic
-import kb as kbmod
+import paths
 
 # ---------------------------------------------------------------------------
 HERE = Path(__file__).resolve().parent
@@ -50,7 +52,7 @@ TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # the HTTP server's bearer token; hosts read 
 
 def entry() -> dict:
     """This install's server entry: the running Python on server.py beside this file."""
-    env = {"LINECITE_HOME": str(kbmod.default_base_path())}
+    env = {"LINECITE_HOME": str(paths.default_base_path())}
     env.update({name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)})
     return {"command": sys.executable, "args": [str(HERE / "server.py")], "env": env}
 
@@ -164,8 +166,8 @@ def write_all_claude(paths: list[Path]) -> int:
 
 def info() -> dict:
     """What the installers need to know, computed the way the server computes it."""
-    return {"python": sys.executable, "base": str(kbmod.default_base_path()),
-            "legacy_bases": [str(p) for p in kbmod.legacy_base_paths()],
+    return {"python": sys.executable, "base": str(paths.default_base_path()),
+            "legacy_bases": [str(p) for p in paths.legacy_base_paths()],
             "claude_configs": [str(p) for p in claude_config_paths()],
             "claude_msix": any("Packages" in p.parts for p in claude_config_paths())}
 
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.move_legacy_base:
         try:
-            message = kbmod.move_legacy_base()
+            message = paths.move_legacy_base()
         except OSError as err:
             print(f"linecite: {err}", file=sys.stderr)
             return 2

@@ -12,6 +12,8 @@ same bytes; a live one moved by mistake is put back), drops the guard, and creat
 with O_EXCL like any other taker. Release renames too, because Windows cannot delete a file
 another process has open (Defender, an indexer, a reader of the lock): a lock that cannot be
 moved or deleted is overwritten with a released record, so a live PID never blocks takers.
+
+Layer: ground (no project imports): the cross-process locks of the writers and the queue.
 """
 
 from __future__ import annotations

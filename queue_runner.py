@@ -1,5 +1,8 @@
 """The reindex queue and the orchestrator process that drains it, one KB at a time.
 
+Layer: orchestration, above the pipeline (it runs ingest.sync); the per-KB status record
+it shares with every indexing run lives below, in run_status.py.
+
     python queue_runner.py                  # drain the queue, then exit
     python queue_runner.py --sweep-all      # deferred entries too
     python queue_runner.py prune-orphans    # remove KB folders that lost their config.json
@@ -32,29 +35,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 
 import atomic
 import kb as kbmod
-import limits
+import paths
 from pidlock import LockBusy, PidLock
+from run_status import WRITER_LOCK, RunStatus, briefly_held, error_text, now, read_json, read_status
 
 # ---------------------------------------------------------------------------
 QUEUE_FILE = "reindex-queue.json"
 SCOPE_RANK = {scope: rank for rank, scope in enumerate(kbmod.SCOPES)}
-STATUS_FILE = "index-status.json"
-STATUS_LOCK = ".status.lock"  # per KB: one status writer at a time (read, change, replace)
-WRITER_LOCK = ".writer.lock"  # per KB: held by the one process indexing it (ingest.Indexer)
 CANCEL_FILE = ".cancel"
-QUEUE_LOCK_WAIT = 10.0  # seconds to wait for another writer of the queue file
-PROGRESS_EVERY = 0.5  # seconds between progress writes to index-status.json
 CREATE_NEW_PROCESS_GROUP = 0x00000200  # Windows creation flags (the subprocess constants
 CREATE_BREAKAWAY_FROM_JOB = 0x01000000  # exist only on Windows; values from the Win32 docs)
 CREATE_NO_WINDOW = 0x08000000
@@ -64,46 +61,12 @@ BUSY_WAIT_MAX = 12 * 3600.0  # seconds a job waits for a KB's writer before it i
 # ---------------------------------------------------------------------------
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def read_json(path: Path, default: dict) -> dict:
-    try:
-        text = atomic.retry_in_use(lambda: path.read_text(encoding="utf-8"),
-                                   f"could not read {path}")
-        data = json.loads(text)
-    except (FileNotFoundError, json.JSONDecodeError):
-        return default
-    return data if isinstance(data, dict) else default
-
-
-# ---------------------------------------------------------------------------
 # the queue file
-
-@contextmanager
-def _briefly_held(path: Path, purpose: str) -> Iterator[None]:
-    """Hold a lock kept for milliseconds by each holder, waiting up to QUEUE_LOCK_WAIT for it."""
-    lock = PidLock(path, purpose)
-    deadline = time.monotonic() + QUEUE_LOCK_WAIT
-    while True:
-        try:
-            lock.acquire()
-            break
-        except LockBusy:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-    try:
-        yield
-    finally:
-        lock.release()
-
 
 @contextmanager
 def locked_entries(base: Path) -> Iterator[list[dict]]:
     """The queue's entries, to read and change; written back atomically when the block ends."""
-    with _briefly_held(base / "queue.lock", "a queue update"):
+    with briefly_held(base / "queue.lock", "a queue update"):
         entries = read_json(base / QUEUE_FILE, {"entries": []}).get("entries", [])
         yield entries
         atomic.write_json(base / QUEUE_FILE, {"entries": entries})
@@ -131,7 +94,7 @@ def enqueue(base: Path, kb_id: str, scope: str, force: bool, deferred: bool) -> 
         waiting = next((e for e in queue if e["kb_id"] == kb_id and not e.get("running")), None)
         if waiting is None:
             waiting = {"kb_id": kb_id, "scope": scope, "scopes": [scope], "force": force,
-                       "deferred": deferred, "requested_at": _now(), "running": False}
+                       "deferred": deferred, "requested_at": now(), "running": False}
             queue.append(waiting)
             merged = False
         else:
@@ -219,88 +182,6 @@ def _requeue_interrupted(base: Path) -> None:
 
 # ---------------------------------------------------------------------------
 # per-KB status, cancel
-
-def read_status(kb_folder: Path) -> dict:
-    return read_json(kb_folder / STATUS_FILE, {"status": "idle"})
-
-
-def update_status(kb_folder: Path, **fields) -> None:
-    """Change some fields; under the status lock, so a writer never undoes another's change."""
-    kb_folder.mkdir(parents=True, exist_ok=True)
-    with _briefly_held(kb_folder / STATUS_LOCK, "a status update"):
-        atomic.write_json(kb_folder / STATUS_FILE, {**read_status(kb_folder), **fields})
-
-
-def _error_text(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}"[:500]
-
-
-class RunStatus:
-    """One indexing run's record in the KB's status file. The run's writer-lock holder calls
-    `start` once it holds the lock and `finish` once at the end, before letting the lock go;
-    a run that never got the lock records only its `last_run`, leaving a live holder's own
-    status alone; a queued job that never got it records nothing (it waits in the queue)."""
-
-    def __init__(self, kb_folder: Path, started_by: str, scope: str | None = None,
-                 force: bool = False):
-        self.folder = kb_folder
-        self.record = {"started_by": started_by, "pid": os.getpid(), "scope": scope,
-                       "force": force, "started_at": _now()}
-        self.started = self.finished = False
-        self._written = 0.0  # monotonic time of the last progress write
-
-    def start(self) -> None:
-        self.record["started_at"] = _now()
-        update_status(self.folder, status="running", progress={"current": 0, "total": 0,
-                                                                "file": None}, **self.record)
-        self.started = True
-
-    def reporter(self, forward: Callable[[int, int, str], None] | None):
-        """A progress callback that writes the status file (at most every PROGRESS_EVERY s)
-        and passes each call on to `forward` (the MCP client's progress)."""
-
-        def report(done: int, total: int, message: str) -> None:
-            if forward is not None:
-                forward(done, total, message)
-            if self.started and (time.monotonic() - self._written >= PROGRESS_EVERY
-                                 or done == total):
-                self._written = time.monotonic()
-                try:
-                    update_status(self.folder, progress={"current": done, "total": total,
-                                                         "file": message})
-                except (OSError, LockBusy):  # progress is best effort: never stop the run
-                    pass
-
-        return report
-
-    def finish(self, summary=None, error: BaseException | None = None) -> None:
-        """Record how the run ended (once; later calls do nothing)."""
-        if self.finished or self.waits_in_queue(error):
-            return
-        self.finished = True
-        last = {**self.record, "ok": error is None, "finished_at": _now()}
-        if summary is not None:  # errors bounded like every file list an answer carries
-            last.update(cancelled=summary.cancelled,
-                        errors=summary.failed[:limits.MAX_LIST_ROWS],
-                        errors_total=len(summary.failed),
-                        counts={k: getattr(summary, k) for k in ("indexed", "unchanged",
-                                                                 "deleted", "embedded",
-                                                                 "chunks", "pages")})
-        if error is not None:
-            last["error"] = _error_text(error)
-        if not self.folder.is_dir():  # the KB is gone: nothing to record into
-            return
-        if self.started or PidLock(self.folder / WRITER_LOCK, "").holder() is None:
-            update_status(self.folder, status="idle" if error is None else "failed",
-                          progress=None, last_run=last)
-        else:  # another process is indexing this KB: its status stays, ours is noted
-            update_status(self.folder, last_run=last)
-
-    def waits_in_queue(self, error: BaseException | None) -> bool:
-        """A queued job that found the KB busy has no result yet: run_entry requeues it."""
-        return (self.record["started_by"] == "queue" and not self.started
-                and isinstance(error, LockBusy))
-
 
 def live_status(base: Path, kb_id: str) -> dict:
     """The KB's indexing status as it is now, from the live holder of its writer lock and the
@@ -431,7 +312,7 @@ def _run_one(base: Path, entry: dict) -> None:
             return
     except Exception as err:  # not even its result could be written
         print(f"linecite: reindex of {entry['kb_id']!r} failed and its status could "
-              f"not be recorded: {_error_text(err)}", file=sys.stderr)
+              f"not be recorded: {error_text(err)}", file=sys.stderr)
     _finish(base, entry)
 
 
@@ -485,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-path", type=Path, default=None)
     parser.add_argument("--sweep-all", action="store_true", help="run deferred entries too")
     args = parser.parse_args(argv)
-    base = args.base_path or kbmod.default_base_path()
+    base = args.base_path or paths.default_base_path()
     if args.command == "prune-orphans":
         result = kbmod.prune_orphans(base)
         for name, reason in result["failed"].items():

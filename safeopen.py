@@ -2,7 +2,7 @@
 and never more than a stated number of bytes (issue 34).
 
 Every read of a document to index goes through `open_document`: ingest.py's indexer (the CLI's
-direct file, folder sync and the server's `ingest_file` alike) and folders.file_sha256. The
+direct file, folder sync and the server's `ingest_file` alike) and paths.file_sha256. The
 file is opened once, and what was opened is what is checked:
 - O_NONBLOCK on POSIX, so a FIFO cannot block the open; then fstat of the descriptor refuses
   anything that is not a regular file (a device such as /dev/zero, a FIFO, a socket).
@@ -14,6 +14,8 @@ file is opened once, and what was opened is what is checked:
 The extractors get `snapshot`: a private copy made from the descriptor, so parsers that open
 a path themselves (pdfium, zipfile, LibreOffice) read the checked bytes. Imports nothing of
 the project.
+
+Layer: ground (no project imports): how every reader opens a user's file.
 """
 
 from __future__ import annotations

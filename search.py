@@ -16,6 +16,8 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
 - Overlapping or adjacent chunks of one page merge into one hit with the union of their
   lines, and no single source fills the whole top 5 while another source scores close.
 - `exact` mode: raw lines containing the query as a substring (names, codes, numbers).
+
+Layer: query: the two legs and their fusion (-> hits), above storage, below the server.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ Serves every knowledge base under the base folder (`--base-path`, else LINECITE_
 the user data folder). Tools are thin: each calls one Library method (library.py). Kiwi,
 jieba, the embedder and Chroma load on the first call that needs them, so tools are listed
 about a second after spawn. Nothing but protocol is written to stdout.
+
+Layer: surface (top): the MCP tools and transports; nothing of the product imports it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pydantic_core import PydanticCustomError
 
 import kb as kbmod
 import limits
+import paths
 from library import MAX_CONTEXT, Library
 from limits import UserError
 
@@ -66,7 +69,7 @@ def whole(low: int, high: int, description: str) -> object:
 
 @lifespan
 async def open_library(server: FastMCP):
-    library = Library(kbmod.default_base_path())
+    library = Library(paths.default_base_path())
     warm_up.library = library
     try:
         yield {"library": library}
@@ -463,7 +466,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="folder holding all KBs (default: $LINECITE_HOME or user data)")
     args = parser.parse_args(argv)
     if args.base_path is not None:  # the flag wins over the environment, for the
-        os.environ[kbmod.HOME_ENV] = str(args.base_path)  # lifespan and every child process
+        os.environ[paths.HOME_ENV] = str(args.base_path)  # lifespan and every child process
     if args.transport == "stdio":
         mcp.run("stdio", show_banner=False)
         return

@@ -5,6 +5,8 @@
 
 Prints the tool names, one a line, and exits 1 when the server does not answer or lists fewer
 than 6 tools. install.sh and install.ps1 both run it (one copy of the check for both).
+
+Layer: installer helper (beside install.ps1/install.sh); imports no project module.
 """
 
 from __future__ import annotations

@@ -19,13 +19,13 @@ from conftest import call, clean_env, shared_path
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-import audio
-import benchmark
 import extract
 import fulltext
 import ingest
 import kb as kbmod
 import search
+from bench import benchmark
+from formats import audio
 
 AUDIO = ("corpus", "audio")
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""`benchmark.py scale N` end to end: a real build through the write path, real measurement
+"""`python -m bench scale N` end to end: a real build through the write path, real measurement
 children, a real `server.py` cold start; and the guards that keep it from harming a folder.
 
     pytest tests/test_benchmark_scale.py -m "not slow"   # the guards only, a few seconds
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_env, free_port, shared_path, stop_process, wait_for_heartbeat
 
-import scale_bench
+from bench import scale_bench
 
 REPO = Path(__file__).resolve().parent.parent
 N = 600  # chunks: every language is in (ko, zh, en alternate), the build takes seconds
@@ -26,7 +26,7 @@ KEYS = ("auto_p50_ms", "auto_p95_ms", "exact_p95_ms", "baseline_auto_p50_ms",
 
 def scale(base: Path, *args: str) -> dict:
     """Run the subcommand as a user would; its last stdout line, the JSON object."""
-    done = subprocess.run([sys.executable, str(REPO / "benchmark.py"), "scale", str(N),
+    done = subprocess.run([sys.executable, "-m", "bench", "scale", str(N),
                            "--base", str(base), "--json", *args], cwd=str(REPO),
                           capture_output=True, text=True, encoding="utf-8", env=clean_env(),
                           timeout=900, check=False)
@@ -147,7 +147,7 @@ def test_with_a_chroma_url_the_vectors_come_from_that_server(tmp_path):
         stop_process(proc)
     assert out["vectors"] == url and out["build_reused"]
     assert out["vector_p50_ms"] > 0 and out["first_answer_by_mode_lang_s"]["vector en"] > 0
-    done = subprocess.run([sys.executable, str(REPO / "benchmark.py"), "scale", str(N),
+    done = subprocess.run([sys.executable, "-m", "bench", "scale", str(N),
                            "--base", str(tmp_path), "--queries", "3", "--cold", "",
                            "--chroma-url", url], cwd=str(REPO), capture_output=True,
                           text=True, encoding="utf-8", env=clean_env(), timeout=900,

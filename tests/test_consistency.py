@@ -20,6 +20,7 @@ import fulltext_schema
 import ingest
 import kb as kbmod
 import queue_runner
+import run_status
 import safeopen
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,11 +139,11 @@ def test_a_run_refused_by_a_live_holder_leaves_its_status_alone(tmp_path):
     base, docs = tmp_path / "base", tmp_path / "docs"
     write(docs / "a.txt", "Alpha.")
     kb = make_kb(base, "notes", [docs])
-    with ingest.PidLock(kb.folder / queue_runner.WRITER_LOCK, "indexing of KB 'notes'"):
-        queue_runner.update_status(kb.folder, status="running", pid=99, progress={"current": 1})
+    with ingest.PidLock(kb.folder / run_status.WRITER_LOCK, "indexing of KB 'notes'"):
+        run_status.update_status(kb.folder, status="running", pid=99, progress={"current": 1})
         with pytest.raises(ingest.LockBusy):
-            ingest.sync(kb, run=queue_runner.RunStatus(kb.folder, "ingest_file"))
-        recorded = queue_runner.read_status(kb.folder)
+            ingest.sync(kb, run=run_status.RunStatus(kb.folder, "ingest_file"))
+        recorded = run_status.read_status(kb.folder)
         assert recorded["status"] == "running" and recorded["progress"] == {"current": 1}
         assert recorded["last_run"]["ok"] is False and "is running" in \
             recorded["last_run"]["error"]

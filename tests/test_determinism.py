@@ -10,7 +10,7 @@ import pytest
 from conftest import clean_env, shared_path
 from pdfminer.layout import IndexAssigner, LAParams, LTTextBoxHorizontal
 
-import pdflayout
+from formats import pdflayout
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
 import kb as kbmod
-import legacy
+from formats import legacy
 
 REPO = Path(__file__).resolve().parent.parent
 module_loop = pytest.mark.asyncio(loop_scope="module")

@@ -18,6 +18,7 @@ from conftest import shared_path, text_pdf
 import chunking
 import extract
 import folders
+import formats.base
 import fulltext
 import ingest
 import kb as kbmod
@@ -166,7 +167,7 @@ def test_file_over_the_size_limit_needs_action_and_is_not_read(tmp_path, monkeyp
 def test_text_over_the_character_limit_is_too_large_even_from_a_small_file(tmp_path,
                                                                          monkeypatch):
     # Regression (issue 13): nothing bounded what extraction may produce from a small file.
-    monkeypatch.setenv(extract.MAX_TEXT_ENV, "5000")
+    monkeypatch.setenv(formats.base.MAX_TEXT_ENV, "5000")
     pdf = tmp_path / "dense.pdf"  # compressed streams: 6,000+ characters in a few KB
     text_pdf([[f"Row {p}-{i}: the quarterly ledger balances again." for i in range(40)]
               for p in range(4)]).output(str(pdf))
@@ -175,10 +176,11 @@ def test_text_over_the_character_limit_is_too_large_even_from_a_small_file(tmp_p
     for path in (pdf, txt):
         with pytest.raises(extract.ExtractError) as caught:
             extract.extract(path)
-        assert caught.value.reason == "too-large" and extract.MAX_TEXT_ENV in caught.value.detail
+        assert caught.value.reason == "too-large"
+        assert formats.base.MAX_TEXT_ENV in caught.value.detail
     summary = ingest.ingest(bm25_kb(tmp_path / "base"), [pdf])
     assert [(f["reason"], f["state"]) for f in summary.failed] == [("too-large", "needs_action")]
-    monkeypatch.setenv(extract.MAX_TEXT_ENV, "100000")
+    monkeypatch.setenv(formats.base.MAX_TEXT_ENV, "100000")
     assert len(extract.extract(pdf).pages) == 4
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import shared_path
 
-import hwp
 from extract import ExtractError
+from formats import hwp
 
 HP = 'xmlns:hp="http://www.hancom.co.kr/hwpml/2011/paragraph"'
 HS = 'xmlns:hs="http://www.hancom.co.kr/hwpml/2011/section"'

@@ -574,11 +574,11 @@ def test_install_ps1_python_probe_answers_ascii_json(tmp_path):
         assert token in ps1, f"install.ps1 lacks {token}"
 
 
-def test_install_ps1_base_folder_is_kb_pys_and_outside_appdata():
-    import kb
+def test_install_ps1_base_folder_is_paths_pys_and_outside_appdata():
+    import paths
 
     ps1 = code_only_ps1()
-    assert f"$Base = Join-Path $env:USERPROFILE '{kb.WINDOWS_BASE_NAME}'" in ps1
+    assert f"$Base = Join-Path $env:USERPROFILE '{paths.WINDOWS_BASE_NAME}'" in ps1
     assert "$LegacyBase = Join-Path $env:LOCALAPPDATA 'linecite'" in ps1  # only the old one
     assert "Set-BasePaths ([string]$Facts.base)" in ps1  # Python's spelling wins
     # the old base moves once, with our server stopped first, and never over LINECITE_HOME

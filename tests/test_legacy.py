@@ -18,8 +18,7 @@ import pytest
 from conftest import shared_path
 
 import extract
-import legacy
-import office
+from formats import legacy, office
 
 QUICK_FOX = "the quick brown fox jumps over the lazy dog"  # textract's standardized_text.*
 ORIGINALS = {  # corpus file -> legacy format LibreOffice writes from it

@@ -23,7 +23,7 @@ import extract
 import fulltext
 import ingest
 import kb as kbmod
-import mail
+from formats import mail
 
 REPO = Path(__file__).resolve().parent.parent
 PDF_LINE = "The round pegs in the square holes."  # line 4 of crazyones-pdfa.pdf

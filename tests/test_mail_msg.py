@@ -29,8 +29,7 @@ import extract
 import fulltext
 import ingest
 import kb as kbmod
-import mail
-import markup
+from formats import mail, markup
 
 REPO = Path(__file__).resolve().parent.parent
 SDIST = "msg-parser==1.2.0"

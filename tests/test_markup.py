@@ -13,7 +13,7 @@ import pytest
 from conftest import shared_path
 
 import extract
-import legacy
+from formats import legacy
 
 MARKED = re.compile(r"^\[(sheet|notes|chart|header|footer|comment)\b.*|\[image: [^\]]*\]")
 ORIGINALS = {

@@ -18,8 +18,9 @@ from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 
 import extract
-import ocr
+import formats.base
 from extract import ExtractError
+from formats import ocr
 
 SCANNED = ("corpus", "pdf", "scanned")
 KEY = f"{ocr.DEFAULT_LANG}.{ocr.DPI}"  # how cache files are named after the page
@@ -172,7 +173,7 @@ def test_image_without_tesseract_fails_with_install_steps(tmp_path, no_tesseract
     _text_image(["Hello"]).save(path)
     with pytest.raises(ExtractError) as caught:
         extract.extract(path)
-    assert caught.value.reason == "ocr-unavailable" and "ocr-unavailable" in extract.REASONS
+    assert caught.value.reason == "ocr-unavailable" and "ocr-unavailable" in formats.base.REASONS
     assert ocr.install_help() in caught.value.detail
 
 

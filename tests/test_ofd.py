@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import ofd
 from extract import ExtractError
+from formats import ofd
 
 NS = 'xmlns:ofd="http://www.ofdspec.org/2016"'
 OFD_XML = (f'<?xml version="1.0" encoding="UTF-8"?><ofd:OFD {NS} Version="1.1" DocType="OFD">'

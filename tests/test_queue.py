@@ -23,6 +23,7 @@ import kb as kbmod
 import library
 import limits
 import queue_runner
+import run_status
 from pidlock import PidLock
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,7 +106,7 @@ def test_one_orchestrator_at_a_time_and_a_killed_one_is_resumed(tmp_path):
         second = run_orchestrator(base)
         out, err = second.communicate(timeout=120)
         assert second.returncode == 3 and "not starting" in err and "orchestrator" in err
-        info = queue_runner.read_status(kb.folder)
+        info = run_status.read_status(kb.folder)
         assert info["status"] == "running"
     finally:
         first.kill()  # kill -9 mid-run: its lock stays behind
@@ -113,7 +114,7 @@ def test_one_orchestrator_at_a_time_and_a_killed_one_is_resumed(tmp_path):
     assert (base / "orchestrator.lock").exists()
     third = run_orchestrator(base)
     assert third.wait(timeout=300) == 0, third.stderr.read()
-    status = queue_runner.read_status(kb.folder)
+    status = run_status.read_status(kb.folder)
     assert status["status"] == "idle" and status["last_run"]["ok"] is True
     assert queue_runner.entries(base) == []
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
@@ -135,7 +136,7 @@ def test_cancel_file_stops_the_running_job_at_a_file_boundary(tmp_path, monkeypa
 
     monkeypatch.setattr(ingest.Indexer, "index_file", index_then_cancel)
     queue_runner.run_entry(base, {"kb_id": "notes", "scope": "full", "force": False})
-    last = queue_runner.read_status(kb.folder)["last_run"]
+    last = run_status.read_status(kb.folder)["last_run"]
     assert last["ok"] and last["cancelled"] and last["counts"]["indexed"] == 1
     assert not (kb.folder / queue_runner.CANCEL_FILE).exists()
 
@@ -243,12 +244,12 @@ def test_a_job_that_raises_is_recorded_failed_and_the_drain_runs_the_next_kb(tmp
     proc = run_orchestrator(base)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    failed = queue_runner.read_status(broken.folder)
+    failed = run_status.read_status(broken.folder)
     assert failed["status"] == "failed" and failed["last_run"]["ok"] is False
     assert "SchemaError" in failed["last_run"]["error"] and "update linecite" in \
         failed["last_run"]["error"]
     assert failed["last_run"]["started_by"] == "queue"
-    done = queue_runner.read_status(fine.folder)
+    done = run_status.read_status(fine.folder)
     assert done["status"] == "idle" and done["last_run"]["ok"] is True
     assert done["last_run"]["counts"]["indexed"] == 2
     assert queue_runner.entries(base) == []
@@ -265,10 +266,10 @@ def test_an_unexpected_error_in_run_entry_is_recorded_not_raised(tmp_path, monke
 
     monkeypatch.setattr(ingest.Indexer, "reconcile", explode)
     queue_runner.run_entry(base, {"kb_id": "notes", "scope": "full", "force": False})
-    status = queue_runner.read_status(kb.folder)
+    status = run_status.read_status(kb.folder)
     assert status["status"] == "failed" and status["progress"] is None
     assert status["last_run"]["error"] == "RuntimeError: disk gremlin"
-    assert not (kb.folder / queue_runner.WRITER_LOCK).exists()  # the lock was given back
+    assert not (kb.folder / run_status.WRITER_LOCK).exists()  # the lock was given back
 
 
 def test_a_job_whose_kb_is_busy_waits_for_the_writer_then_runs(tmp_path, monkeypatch):
@@ -277,7 +278,7 @@ def test_a_job_whose_kb_is_busy_waits_for_the_writer_then_runs(tmp_path, monkeyp
     base, docs = tmp_path / "base", tmp_path / "docs"
     write_docs(docs, 2)
     kb = make_kb(base, "notes", docs, BM25_ONLY)
-    cli = PidLock(kb.folder / queue_runner.WRITER_LOCK, "indexing of KB 'notes'")
+    cli = PidLock(kb.folder / run_status.WRITER_LOCK, "indexing of KB 'notes'")
     cli.acquire()  # the KB's real writer lock, held as `python ingest.py` holds it
     queue_runner.enqueue(base, "notes", "full", False, False)
     monkeypatch.setattr(queue_runner, "BUSY_RETRY_FIRST", 0.01)
@@ -299,7 +300,7 @@ def test_a_job_whose_kb_is_busy_waits_for_the_writer_then_runs(tmp_path, monkeyp
         ("notes", False, told)]
     assert (live["status"], live["queue_position"], live["waiting"]) == ("running", 1, told)
     assert live["last_run"] is None  # no LockBusy failure recorded
-    last = queue_runner.read_status(kb.folder)["last_run"]
+    last = run_status.read_status(kb.folder)["last_run"]
     assert last["ok"] and last["started_by"] == "queue" and last["counts"]["indexed"] == 2
     assert queue_runner.entries(base) == []
 
@@ -312,9 +313,9 @@ def test_a_job_whose_kb_stays_busy_too_long_is_failed_saying_why(tmp_path, monke
     monkeypatch.setattr(queue_runner, "BUSY_RETRY_FIRST", 0.01)
     monkeypatch.setattr(queue_runner, "BUSY_WAIT_MAX", 0.0)
     queue_runner.enqueue(base, "notes", "full", False, False)
-    with PidLock(kb.folder / queue_runner.WRITER_LOCK, "indexing of KB 'notes'"):
+    with PidLock(kb.folder / run_status.WRITER_LOCK, "indexing of KB 'notes'"):
         assert queue_runner.drain(base) == 0
-    last = queue_runner.read_status(kb.folder)["last_run"]
+    last = run_status.read_status(kb.folder)["last_run"]
     assert last["ok"] is False and "stayed busy" in last["error"]
     assert f"PID {os.getpid()}" in last["error"] and "start_reindex again" in last["error"]
     assert queue_runner.entries(base) == []
@@ -342,7 +343,7 @@ def test_a_request_queued_while_the_drain_exits_is_run(tmp_path, monkeypatch):
         lib.close()
     assert answers[0]["orchestrator"]["started"] is False  # it relied on the live drain
     assert queue_runner.entries(base) == []
-    last = queue_runner.read_status(kb.folder)["last_run"]
+    last = run_status.read_status(kb.folder)["last_run"]
     assert last["ok"] and last["counts"]["indexed"] == 2
 
 
@@ -372,7 +373,7 @@ def test_a_merged_embedding_and_full_request_re_embeds_every_chunk_and_syncs(tmp
         embedded = [t for r in server.requests for t in r["body"]["input"]]
         assert {r["body"]["model"] for r in server.requests} == {"nomic-embed-text"}
         assert len(embedded) == len(chunk_ids) == 4  # every chunk, each once
-        last = queue_runner.read_status(kb.folder)["last_run"]
+        last = run_status.read_status(kb.folder)["last_run"]
         assert last["ok"] and last["scope"] == "embedding+full", last
         assert (last["counts"]["indexed"], last["counts"]["embedded"]) == (1, 4)  # synced too
         store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from test_hostile_ingest import bm25_kb
 
-import folders
 import fulltext
 import ingest
 import kb as kbmod
 import library
+import paths
 import safeopen
 
 REPO = Path(__file__).resolve().parent.parent
@@ -186,4 +186,4 @@ def test_bytes_past_the_bound_are_never_read_whatever_stat_said(tmp_path):
         with pytest.raises(safeopen.OverLimit):
             safeopen.sha256(opened, 4096)
         assert opened.file.tell() == 4097  # one byte past the bound, then it stopped
-        assert safeopen.sha256(opened, 5000) == folders.file_sha256(path)
+        assert safeopen.sha256(opened, 5000) == paths.file_sha256(path)

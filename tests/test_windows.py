@@ -24,7 +24,9 @@ import pytest
 import atomic
 import kb as kbmod
 import mcp_config
+import paths
 import queue_runner
+import run_status
 from pidlock import LockBusy, PidLock
 
 DEAD = {"pid": 2**22 + 17, "started": 1.0, "purpose": "a crashed run"}  # no such process
@@ -126,12 +128,12 @@ def test_info_is_ascii_json_that_round_trips_non_ascii_paths(tmp_path):
 
 def test_windows_base_folder_is_outside_appdata(tmp_path):
     env = profile(tmp_path / "Jérôme")
-    base = kbmod.default_base_path(env, "win32")
+    base = paths.default_base_path(env, "win32")
     assert base == tmp_path / "Jérôme" / ".linecite"
     assert not str(base).startswith((env["LOCALAPPDATA"], env["APPDATA"]))
-    assert kbmod.default_base_path({**env, "LINECITE_HOME": "~/kbs"}, "win32") == \
+    assert paths.default_base_path({**env, "LINECITE_HOME": "~/kbs"}, "win32") == \
         Path.home() / "kbs"
-    assert kbmod.default_base_path({"XDG_DATA_HOME": str(tmp_path)}, "linux") == \
+    assert paths.default_base_path({"XDG_DATA_HOME": str(tmp_path)}, "linux") == \
         tmp_path / "linecite"
 
 
@@ -147,16 +149,16 @@ def test_old_base_folder_moves_once_with_a_message(tmp_path):
     legacy_kb(local, "manuals")
     sandboxed = local / "Packages" / "Claude_pzs8sxrjxfjjc" / "LocalCache" / "Local"
     legacy_kb(sandboxed, "private")
-    message = kbmod.move_legacy_base(env, "win32")
+    message = paths.move_legacy_base(env, "win32")
     new = tmp_path / ".linecite"
     assert message.startswith(f"linecite: moved the base folder {local / 'linecite'} to {new}")
     assert str(sandboxed / "linecite") in message  # the sandbox's copy is named, not merged
     assert kbmod.list_ids(new) == ["manuals"] and not (local / "linecite").exists()
     # once: the old folder is gone now; only the sandbox copy is left, and the new one exists
-    again = kbmod.move_legacy_base(env, "win32")
+    again = paths.move_legacy_base(env, "win32")
     assert "still there beside the new one" in again and kbmod.list_ids(new) == ["manuals"]
-    assert kbmod.move_legacy_base(env, "linux") is None
-    assert kbmod.move_legacy_base({**env, "LINECITE_HOME": str(tmp_path / "x")}, "win32") is None
+    assert paths.move_legacy_base(env, "linux") is None
+    assert paths.move_legacy_base({**env, "LINECITE_HOME": str(tmp_path / "x")}, "win32") is None
 
 
 def test_a_refused_move_changes_nothing_and_says_what_to_do(tmp_path, monkeypatch):
@@ -168,7 +170,7 @@ def test_a_refused_move_changes_nothing_and_says_what_to_do(tmp_path, monkeypatc
 
     monkeypatch.setattr(kbmod.shutil, "move", held)
     with pytest.raises(OSError, match="quit Claude Desktop from its tray icon"):
-        kbmod.move_legacy_base(env, "win32")
+        paths.move_legacy_base(env, "win32")
     assert kbmod.list_ids(Path(env["LOCALAPPDATA"]) / "linecite") == ["manuals"]
 
 
@@ -242,18 +244,18 @@ def test_the_detached_orchestrator_leads_its_own_session(tmp_path):
 # files Windows will not let go of
 
 def test_status_replace_retries_while_the_file_is_in_use(tmp_path, monkeypatch):
-    calls = fail_first(monkeypatch, queue_runner.os, "replace", 2)
-    queue_runner.update_status(tmp_path, status="running")
-    assert len(calls) == 3 and queue_runner.read_status(tmp_path)["status"] == "running"
+    calls = fail_first(monkeypatch, run_status.os, "replace", 2)
+    run_status.update_status(tmp_path, status="running")
+    assert len(calls) == 3 and run_status.read_status(tmp_path)["status"] == "running"
 
 
 def test_a_file_in_use_for_good_fails_clearly_and_keeps_the_old_one(tmp_path, monkeypatch):
-    queue_runner.update_status(tmp_path, status="idle")
+    run_status.update_status(tmp_path, status="idle")
     monkeypatch.setattr(atomic, "REPLACE_TRIES", 3)
-    fail_first(monkeypatch, queue_runner.os, "replace", 99)
+    fail_first(monkeypatch, run_status.os, "replace", 99)
     with pytest.raises(PermissionError, match="stayed in use by another process"):
-        queue_runner.update_status(tmp_path, status="running")
-    assert queue_runner.read_status(tmp_path)["status"] == "idle"
+        run_status.update_status(tmp_path, status="running")
+    assert run_status.read_status(tmp_path)["status"] == "idle"
     assert not list(tmp_path.glob("*.tmp"))
 
 
@@ -413,8 +415,8 @@ def test_a_fresh_lock_moved_by_mistake_is_put_back(tmp_path):
 
 @pytest.mark.skipif(sys.platform != "win32", reason="only Windows refuses to replace open files")
 def test_status_written_while_a_reader_holds_the_file(tmp_path):
-    queue_runner.update_status(tmp_path, status="idle")
-    handle = (tmp_path / queue_runner.STATUS_FILE).open("rb")
+    run_status.update_status(tmp_path, status="idle")
+    handle = (tmp_path / run_status.STATUS_FILE).open("rb")
     threading.Timer(0.3, handle.close).start()
-    queue_runner.update_status(tmp_path, status="running")
-    assert queue_runner.read_status(tmp_path)["status"] == "running"
+    run_status.update_status(tmp_path, status="running")
+    assert run_status.read_status(tmp_path)["status"] == "running"

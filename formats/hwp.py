@@ -27,6 +27,8 @@ where they are anchored. Text deleted under change tracking is left out; picture
 pages and memos give no lines. Runs of spaces and tabs within a line become one space (forms
 space out letters and align with tabs). Empty paragraphs stay as empty lines, so line numbers
 follow the paragraphs a person sees; empty lines at the end of a page are dropped.
+
+Layer: reader (formats/), above formats/base.py, below extract.py.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 
-from extract import Extracted, ExtractError, check_zip
-from zipxml import children, local, parse_xml, read_member
+from formats.base import Extracted, ExtractError, check_zip
+from formats.zipxml import children, local, parse_xml, read_member
 
 # -----------------------------------------------------------------------------
 SECTION_NAME = re.compile(r"Contents/section(\d+)\.xml", re.IGNORECASE)  # a body part

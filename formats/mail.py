@@ -22,6 +22,9 @@ UTF-16LE, 001E 8-bit in the message's code page, 0102 binary) or 16-byte entries
 message the nested storage `__substg1.0_3701000D`. The compressed RTF body (MS-OXRTFCP) is
 decompressed here and read by markup.rtf_text. Encrypted mail (S/MIME, PGP, IRM) ends
 `password-protected`.
+
+Layer: reader (formats/), above formats/markup.py; it asks extract.supported which attachments a
+reader claims.
 """
 
 from __future__ import annotations
@@ -37,9 +40,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import markup
-import office
-from extract import Extracted, ExtractError, _clean_lines, _decode, check_text_size, supported
+from extract import supported  # which attachments a reader claims (the one upward import)
+from formats import markup, office
+from formats.base import Extracted, ExtractError, check_text_size, clean_lines, decode_text
 
 # -----------------------------------------------------------------------------
 HEADERS = ("From", "To", "Cc", "Date", "Subject")  # the header lines, in this order
@@ -174,7 +177,7 @@ def _eml_body(message: Any) -> list[str]:
         text = part.get_content()
     except (LookupError, UnicodeError):  # an unknown charset: decode it as text files are
         raw = part.get_payload(decode=True) or b""
-        text = (_decode(raw) or ("", ""))[0]
+        text = (decode_text(raw) or ("", ""))[0]
     return markup.html_lines(text) if part.get_content_subtype() == "html" else office._lines(text)
 
 
@@ -358,7 +361,7 @@ def _msg_body(message: _Storage) -> list[str]:
     if (html := message.stream(HTML_BODY, PT_BINARY)) is not None:
         page = message.number(INTERNET_CPID)  # the HTML's own code page, when Outlook kept it
         text = html.decode(markup._codec(page), "replace") if page \
-            else (_decode(html) or ("", ""))[0]
+            else (decode_text(html) or ("", ""))[0]
         return markup.html_lines(text)
     if (rtf := message.stream(RTF_BODY, PT_BINARY)) is not None:
         return office._lines(markup.rtf_text(decompress_rtf(rtf)).replace("\f", "\n"))
@@ -396,7 +399,7 @@ def _embedded(item: _Storage, name: str, budget: list[int], nested: bool) -> Att
         return Attachment(_safe_name(name, "message.msg"), "message/rfc822", b"", size=size)
     budget[0] -= size
     lines = _lines(_msg_headers(inner), _msg_body(inner), _msg_attachments(inner, budget, True))
-    lines = _clean_lines("\n".join(lines))  # what extract() does to every file's lines
+    lines = clean_lines("\n".join(lines))  # what extract() does to every file's lines
     return Attachment(_safe_name(name, "message.msg"), "message/rfc822", b"", [lines], size)
 
 

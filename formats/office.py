@@ -5,7 +5,7 @@ contract of `extract.py`: they return `Extracted(pages, parser)`, a line number 
 index into a page's list of lines, and no line holds a "\\n". A file they cannot read raises
 `ExtractError` and nothing else: "empty" (0 bytes, or no text at all), "password-protected"
 (Office encrypts into an OLE container, not a zip), "unsupported-format" (a legacy binary
-.doc/.xls/.ppt under a new name), "zip-bomb" (`extract.check_zip` refuses zip bombs before
+.doc/.xls/.ppt under a new name), "zip-bomb" (`formats.base.check_zip` refuses zip bombs before
 any parser inflates a byte), "corrupt" (whatever else a parser chokes on). Parsers are
 imported on first use, so importing this module stays cheap.
 
@@ -32,6 +32,8 @@ What page and line mean:
   rows joined by " | ", charts as "[chart] ..." rows), then "[notes] ..." lines.
 In every table, sheet and chart a row is one line: a cell's own line breaks become spaces,
 trailing empty cells are dropped, and a merged cell's value appears once, in its first cell.
+
+Layer: reader (formats/), above formats/base.py, below extract.py.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
-from extract import Extracted, ExtractError, check_zip
+from formats.base import Extracted, ExtractError, check_zip
 
 # -----------------------------------------------------------------------------
 SEP = " | "  # between the cells of a table row, a spreadsheet row or a chart series

@@ -19,6 +19,8 @@ text runs whose baselines lie within LINE_TOLERANCE of the smaller font size for
 lines go top to bottom, runs within a line left to right, and a space is put between two runs
 where the gap between them is wider than SPACE_GAP of the font size. A line is therefore
 one printed line of the page, and a page with only images (a scan) has no lines.
+
+Layer: reader (formats/), above formats/base.py, below extract.py.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from extract import Extracted, ExtractError, check_zip
-from zipxml import children, local, parse_xml, read_member
+from formats.base import Extracted, ExtractError, check_zip
+from formats.zipxml import children, local, parse_xml, read_member
 
 # -----------------------------------------------------------------------------
 LINE_TOLERANCE = 0.5  # same line: baselines closer than this x the smaller font size

@@ -3,8 +3,10 @@
 A part is read with the failures a hostile or damaged zip can raise turned into
 ExtractError (encrypted, damaged, unsupported packing), and parsed with DTDs refused, so no
 entity expansion or external file is ever reached. Tag names are compared without their
-namespace: writers differ in prefixes and namespace URIs. extract.check_zip vets the zip's
+namespace: writers differ in prefixes and namespace URIs. formats.base.check_zip vets the zip's
 directory (bombs) before any of this runs.
+
+Layer: reader helper (formats/), above formats/base.py, below the zip/XML readers.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from extract import ExtractError
+from formats.base import ExtractError
 
 
 def local(tag: object) -> str:

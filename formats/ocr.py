@@ -14,6 +14,8 @@ Pages render with pypdfium2 at DPI (no poppler), in the calling thread (pdfium i
 thread-safe); each page then runs in its own tesseract process from a thread pool, with
 OMP_THREAD_LIMIT=1 so the processes do not fight over cores, and no more of them than fit in
 MEMORY_BUDGET beside the caller (LINECITE_OCR_WORKERS overrides). Figures are in the README.
+
+Layer: reader (formats/), above paths.py; extract.py calls it for images and scanned pages.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import atomic
-import folders
+import paths
 
 # -----------------------------------------------------------------------------
 DPI = 300  # render resolution; Tesseract is told it, since its own estimate cost CER .038->.058
@@ -116,10 +118,8 @@ def languages(spec: str | None = None) -> tuple[str, list[str]]:
 
 
 def default_cache_dir(platform: str = sys.platform) -> Path:
-    """$LINECITE_OCR_CACHE, else the user cache folder's `ocr` (kb.cache_dir)."""
-    import kb
-
-    return kb.cache_dir("ocr", CACHE_ENV, platform)
+    """$LINECITE_OCR_CACHE, else the user cache folder's `ocr` (paths.cache_dir)."""
+    return paths.cache_dir("ocr", CACHE_ENV, platform)
 
 
 @dataclass
@@ -170,7 +170,7 @@ def default_workers(rss: int | None = None) -> int:
 def _job(path: Path, spec: str | None, dpi: int, cache_dir: Path | None, sha256: str | None,
          workers: int | None) -> _Job:
     workers = workers or int(os.environ.get(WORKERS_ENV) or 0) or default_workers()
-    return _Job(sha256 or folders.file_sha256(path),
+    return _Job(sha256 or paths.file_sha256(path),
                 spec or os.environ.get(LANG_ENV) or DEFAULT_LANG, dpi,
                 Path(cache_dir) if cache_dir else default_cache_dir(), max(1, workers))
 

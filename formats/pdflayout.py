@@ -8,6 +8,8 @@ Japanese of kampo.pdf came out in one of two orders (103 of its 2,737 lines move
 citation after them with it. Here a tie goes to the pair whose boxes came first on the page,
 then to the older group; nothing else of pdfminer's algorithm changes. Imported by
 extract.py only when a page needs pdfminer (it is slow to import).
+
+Layer: reader helper (formats/): pdfminer's layout for extract.py's PDF reading.
 """
 
 from __future__ import annotations

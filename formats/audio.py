@@ -7,8 +7,8 @@ sends those suffixes to `extract_audio`, which returns pages of lines like every
 one line per Whisper segment, prefixed `[mm:ss]` (`[h:mm:ss]` past an hour), one page per
 PAGE_SECONDS of recording.
 
-    python audio.py transcribe talk.mp3   # print the transcript (exit 1: no engine)
-    python audio.py fetch [MODEL]         # download a model once, with progress (install.sh)
+    python -m formats.audio transcribe talk.mp3  # print the transcript (exit 1: no engine)
+    python -m formats.audio fetch [MODEL]        # download a model once, with progress (install.sh)
     LINECITE_WHISPER_MODEL=/models/base LINECITE_AUDIO_CACHE=/tmp/a python ingest.py talk.mp3
 
 Engines share one small interface (`Engine.transcribe(path, language, progress)`):
@@ -17,6 +17,8 @@ openai-whisper (PyTorch, needs ffmpeg on PATH; for users who already have it). S
 from the KB's `audio` block (`configure`), and LINECITE_WHISPER_MODEL wins over its model.
 Long recordings report how far they are, `(share done 0..1, stage)`, to the `progress`
 callable `transcribe` is given (extract_audio passes the one `reporting` set in its thread).
+
+Layer: reader (formats/), above formats/base.py and paths.py, below extract.py.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import atomic
+import paths
+from formats.base import Extracted, ExtractError
 
 # -----------------------------------------------------------------------------
 AUDIO_SUFFIXES = (".mp3", ".wav", ".m4a", ".ogg", ".flac", ".webm", ".mp4")
@@ -259,7 +263,7 @@ def _no_engine_message(engine: str) -> str:
 
 def _model_message(model: str, exc: Exception) -> str:
     return (f"the Whisper model {model!r} could not be loaded ({type(exc).__name__}: "
-            f"{str(exc)[:200]}); on a machine without network run `python audio.py fetch` "
+            f"{str(exc)[:200]}); on a machine without network run `python -m formats.audio fetch` "
             f"once elsewhere, or set {MODEL_ENV} to a local model folder")
 
 
@@ -279,10 +283,8 @@ def engine_for(settings: Settings, model: str):
 
 
 def default_cache_dir(platform: str = sys.platform) -> Path:
-    """$LINECITE_AUDIO_CACHE, else the user cache folder's `audio` (kb.cache_dir)."""
-    import kb
-
-    return kb.cache_dir("audio", CACHE_ENV, platform)
+    """$LINECITE_AUDIO_CACHE, else the user cache folder's `audio` (paths.cache_dir)."""
+    return paths.cache_dir("audio", CACHE_ENV, platform)
 
 
 def cache_path(sha256: str, engine: str, model: str, language: str) -> Path:
@@ -381,12 +383,10 @@ def transcribe(path: Path, settings: Settings | None = None, sha256: str | None 
     """The transcript of `path`, from the cache when this file, engine, model and language
     were transcribed before (no progress then: it takes milliseconds); else by the engine,
     telling `progress` 0.0 first, then how far it is, then cached. Raises AudioUnavailable."""
-    import folders
-
     settings = settings or current_settings()
     model, note = resolve_model(settings)
     language = (settings.language or "auto").lower()
-    target = cache_path(sha256 or folders.file_sha256(path), settings.engine, model, language)
+    target = cache_path(sha256 or paths.file_sha256(path), settings.engine, model, language)
     if (found := _cached(target)) is None:
         if progress is not None:  # at once: loading, decoding and VAD take seconds
             progress(0.0, STAGE)
@@ -400,31 +400,29 @@ def transcribe(path: Path, settings: Settings | None = None, sha256: str | None 
 
 def extract_audio(path: Path):
     """A recording as pages of `[mm:ss]` lines (extract.EXTRACTORS' entry for audio)."""
-    import extract
-
     path = Path(path)
     try:
         duration = probe(path)
     except ValueError as exc:
-        raise extract.ExtractError("corrupt", f"{path.name} could not be read as audio ({exc});"
+        raise ExtractError("corrupt", f"{path.name} could not be read as audio ({exc});"
                                               " re-export it from the recorder") from exc
     if duration > MAX_SECONDS:
-        raise extract.ExtractError("too-large", f"{path.name} runs {duration / 3600:.1f} h, "
+        raise ExtractError("too-large", f"{path.name} runs {duration / 3600:.1f} h, "
                                                 f"past the {MAX_SECONDS // 3600} h limit per "
                                                 "recording; split it and index the parts")
     settings = current_settings()
     try:
         found = transcribe(path, settings, progress=getattr(_LISTENER, "progress", None))
     except AudioUnavailable as exc:
-        raise extract.ExtractError("audio-unavailable", f"{path.name} needs transcription: "
+        raise ExtractError("audio-unavailable", f"{path.name} needs transcription: "
                                                         f"{exc}") from exc
     pages = to_pages(found.segments, settings.simplified)
     parser = f"{found.engine}:{found.model} {found.language} {found.seconds:.1f}s"
     if not pages:
         warning = (f"no speech: {found.engine} found no speech in {path.name} "
                    f"({found.duration:.1f} s of audio), so it has no lines to search")
-        return extract.Extracted([[]], parser, [warning])
-    return extract.Extracted(pages, parser)
+        return Extracted([[]], parser, [warning])
+    return Extracted(pages, parser)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -435,8 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] not in ("transcribe", "fetch") or (args[0] == "transcribe"
                                                                and len(args) != 2):
-        print("usage: python audio.py transcribe FILE | python audio.py fetch [MODEL]",
-              file=sys.stderr)
+        print("usage: python -m formats.audio transcribe FILE | "
+              "python -m formats.audio fetch [MODEL]", file=sys.stderr)
         return 2
     if args[0] == "fetch":
         return _fetch(args[1] if len(args) > 1 else "")

@@ -1,9 +1,9 @@
 """Retrieval quality of linecite's search on the team's BEIR eval sets, beside its baselines.
 
-    python evaluate.py cmrc-zh                   # dev half of CMRC2018 (848 paragraphs)
-    python evaluate.py autorag-ko --split test   # test half of AutoRAG Korean (720 pages)
-    python evaluate.py scifact --cache /tmp/lc   # SciFact train qrels = dev, test qrels = test
-    python evaluate.py financebench --split all  # 58 questions -> evidence pages of 36 10-Ks
+    python -m bench quality cmrc-zh                   # dev half of CMRC2018 (848 paragraphs)
+    python -m bench quality autorag-ko --split test   # test half of AutoRAG Korean (720 pages)
+    python -m bench quality scifact --cache /tmp/lc   # SciFact train qrels = dev, test qrels = test
+    python -m bench quality financebench --split all  # 58 questions -> evidence pages of 36 10-Ks
 
 Reads the eval sets in ../shared/eval (never copied into the repo). The first run of a set
 builds its KB in <cache>/<set>/ (--cache, default <system temp>/linecite-eval): every corpus
@@ -20,6 +20,8 @@ Every query of the split goes through search.Searcher in each method of METHODS;
 becomes a document ranking (each source at its first hit). Prints nDCG@10 and recall@10 per
 method and their ratio to BM25 measured in the same run, plus how many queries each method
 ranks worse than BM25 does. Progress to stderr, table to stdout.
+
+Layer: measurement (bench/), on top of the product; nothing of it imports bench/.
 """
 
 from __future__ import annotations

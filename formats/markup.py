@@ -2,7 +2,7 @@
 raw lines.
 
 Reads one file, writes nothing; keeps the contract of `extract.py` (`Extracted(pages,
-parser)`, ExtractError only). Zip-based formats (EPUB, ODF) pass `extract.check_zip` (zip
+parser)`, ExtractError only). Zip-based formats (EPUB, ODF) pass `formats.base.check_zip` (zip
 bombs) before any member is inflated, and their XML is read through zipxml (no DTDs, so no
 entity expansion). XHTML goes through the standard library's HTMLParser, which expands no
 custom entities either.
@@ -20,6 +20,8 @@ What page and line mean:
 - ODS: as XLSX: a page is a sheet, line 1 "[sheet] NAME", line N is row N-1, dates ISO 8601.
 - ODP: a page is a slide, its title first, then its text frames top-to-bottom and
   left-to-right, then "[notes] ..." lines.
+
+Layer: reader (formats/), above formats/office.py, below extract.py.
 """
 
 from __future__ import annotations
@@ -33,9 +35,8 @@ from posixpath import dirname, normpath
 from typing import Any
 from urllib.parse import unquote
 
-import office
-import zipxml
-from extract import Extracted, ExtractError, _decode, check_text_size, check_zip
+from formats import office, zipxml
+from formats.base import Extracted, ExtractError, check_text_size, check_zip, decode_text
 
 # -----------------------------------------------------------------------------
 SEP = office.SEP  # between the cells of a table row
@@ -131,7 +132,7 @@ def extract_html(path: Path) -> Extracted:
         except (LookupError, UnicodeDecodeError):
             text = None
     if text is None:
-        decoded = _decode(data)
+        decoded = decode_text(data)
         if decoded is None:
             raise ExtractError("binary", f"{path.name} holds binary data, not HTML; give it "
                                          "its real extension.")

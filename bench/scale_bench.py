@@ -1,7 +1,7 @@
-"""`benchmark.py scale N`: linecite at N chunks, beside an in-memory rank_bm25 + Chroma baseline.
+"""`python -m bench scale N`: linecite at N chunks, beside an in-memory rank_bm25 + Chroma baseline.
 
-    python benchmark.py scale 10000                  # build (once) and measure 10k chunks
-    python benchmark.py scale 100000 --busy --json   # also with one core spun elsewhere
+    python -m bench scale 10000                  # build (once) and measure 10k chunks
+    python -m bench scale 100000 --busy --json   # also with one core spun elsewhere
 
 Build (once per N and per version of the code that decides what is stored, cached in
 `--base`, default <system temp>/linecite-scale-N): real text from the team's eval sets (ko
@@ -17,6 +17,8 @@ queries (ko, zh, en in turn) through library.Library.search, warm, in bm25, vect
 exact (1-2 character needles and longer ones); the baseline (BM25Okapi over the same tokens,
 the same Chroma query, RRF k=60) over the same queries; disk; and a new `server.py` over
 stdio to its first answer per mode and language. One table; --json adds one JSON object.
+
+Layer: measurement (bench/), on top of the product; nothing of it imports bench/.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 # -----------------------------------------------------------------------------
-REPO = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parent.parent  # the project folder (bench/ sits in it)
 EVAL = REPO.parent / "shared" / "eval"  # the team's eval sets (never copied into the repo)
 SETS = {  # language -> BEIR folder (corpus.jsonl, queries.jsonl)
     "ko": EVAL / "ko" / "autorag-allganize-ko" / "beir",
@@ -152,8 +154,8 @@ def write_sqlite(conn, n: int) -> tuple[int, float, float]:
     interrupted build wrote (documents go in a fixed order, so it resumes by name); (chunks
     written now, seconds chunking and tokenizing, seconds writing)."""
     import chunking
-    import evaluate
     import fulltext
+    from bench import evaluate
 
     docs, tokenize = interleaved_docs(), CachedTokens()
     done = {row[0] for row in conn.execute("SELECT name FROM sources")}
@@ -412,7 +414,7 @@ def measure_baseline(base: Path, queries: list[dict], spawned: float) -> dict:
 
 def run_child(kind: str, base: Path, queries_file: Path) -> dict:
     """Run one measurement in a new Python process; its JSON answer."""
-    args = [sys.executable, str(Path(__file__).resolve()), kind, str(base), str(queries_file),
+    args = [sys.executable, "-m", "bench.scale_bench", kind, str(base), str(queries_file),
             repr(time.time())]
     done = subprocess.run(args, stdout=subprocess.PIPE, text=True, encoding="utf-8",
                           cwd=str(REPO), check=False)
@@ -630,7 +632,8 @@ def _earlier(base: Path) -> str:
 
 
 def child_main(argv: list[str]) -> int:
-    """`python scale_bench.py linecite|baseline BASE QUERIES_JSON SPAWN_TIME`: one JSON line."""
+    """`python -m bench.scale_bench linecite|baseline BASE QUERIES_JSON SPAWN_TIME`: one JSON
+    line (run_child starts it)."""
     kind, base, queries_file, spawned = argv
     queries = json.loads(Path(queries_file).read_text(encoding="utf-8"))
     if kind == "linecite":

@@ -21,6 +21,8 @@ A Word 6/95 file, or any file that defeats these readers, is converted by LibreO
 never the user's) and read by office.py (parser "soffice+docx2python" ...); without LibreOffice
 it ends `converter-unavailable`, naming what to install. Encrypted files end
 `password-protected`. A .docx/.xlsx/.pptx saved under a legacy name is read as what it is.
+
+Layer: reader (formats/), above formats/office.py, below extract.py.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import office
-from extract import Extracted, ExtractError
+from formats import office
+from formats.base import Extracted, ExtractError
 
 # -----------------------------------------------------------------------------
 SOFFICE_SECONDS = 180  # a LibreOffice conversion slower than this is given up (and killed)

@@ -3,18 +3,20 @@
 Reads the eval material in ../shared/eval (never copied into the repo); writes nothing.
 Each section is a subcommand and a function; others add theirs (ingest, search) the same way.
 
-    python benchmark.py extract [--dir DIR] [--workers N] [--limit N]
-    python benchmark.py ingest [--dir DIR] [--limit N] [--base BASE]
-    python benchmark.py search --base BASE [--queries N]
-    python benchmark.py formats [--dir CORPUS]
-    python benchmark.py audio [--dir CORPUS/audio] [--threads N] [--busy]
-    python benchmark.py scale N [--base BASE] [--queries N] [--busy] [--json] [--chroma-url URL]
-                                                                               (scale_bench.py)
+    python -m bench speed extract [--dir DIR] [--workers N] [--limit N]
+    python -m bench speed ingest [--dir DIR] [--limit N] [--base BASE]
+    python -m bench speed search --base BASE [--queries N]
+    python -m bench speed formats [--dir CORPUS]
+    python -m bench speed audio [--dir CORPUS/audio] [--threads N] [--busy]
+    python -m bench scale N [--base BASE] [--queries N] [--busy] [--json] [--chroma-url URL]
+                                                                  (scale_bench.py)
 
 `extract` times extract.extract() (the pypdfium2 > pdfminer > pypdf chain) against plain
 pypdf over every PDF in DIR (default: the FinanceBench subset, 36 SEC filings) and prints
 pages/s and ms/page for both. --workers N runs a spawn-safe process pool of N, which is how
 the target (30 pages/s on 2 cores) is met if one process falls short.
+
+Layer: measurement (bench/), on top of the product; nothing of it imports bench/.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 
 # -----------------------------------------------------------------------------
-REPO = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parent.parent  # the project folder (bench/ sits in it)
 SHARED = REPO.parent / "shared"  # the team's corpus and eval sets
 EXTRACT_DIR = SHARED / "eval" / "en" / "financebench-subset" / "pdfs"  # 36 real 10-K/10-Q PDFs
 TARGET_PAGES_PER_SECOND = 30.0  # what ingestion must sustain on 2 cores
@@ -224,8 +226,8 @@ def bench_search(base: Path, kb_id: str, n_queries: int) -> int:
 
     questions = SHARED / "eval" / "en" / "financebench-subset" / "questions_subset.jsonl"
     if not (base / kb_id / "fulltext.sqlite3").exists() or not questions.exists():
-        print(f"needs an index at {base / kb_id} (run `benchmark.py ingest --base {base}`) and "
-              f"{questions}", file=sys.stderr)
+        print(f"needs an index at {base / kb_id} (run `python -m bench speed ingest --base "
+              f"{base}`) and {questions}", file=sys.stderr)
         return 2
     starts = sorted(_time_to_tools(base) for _ in range(5))
     python_only = min(_measured_run(["-c", "pass"])[0] for _ in range(5))
@@ -313,7 +315,7 @@ def _transcribe_each(model: str, files: list[str]) -> None:
     """Child process: load `model` once, transcribe each file (no cache), print one JSON
     line each: seconds, audio seconds, seconds to the first segment (the progress hook's
     first report comes with it)."""
-    import audio
+    from formats import audio
 
     start = time.perf_counter()
     engine = audio.engine_for(audio.Settings(device="cpu"), model)
@@ -341,7 +343,7 @@ def _audio_run(model: str, files: list[Path], threads: int) -> tuple[int, list[d
 def bench_audio(folder: Path, threads: int, busy: bool) -> int:
     """Real-time factor per model on every corpus recording, peak memory, model load time and
     time to the first line; each model in its own process; `base` is the baseline."""
-    import audio
+    from formats import audio
 
     files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in audio.AUDIO_SUFFIXES)
     if not files:
@@ -387,7 +389,7 @@ def bench_audio(folder: Path, threads: int, busy: bool) -> int:
 
 def bench_scale(args: argparse.Namespace) -> int:
     """Build a KB of N chunks once, then measure it beside the baseline (scale_bench.py)."""
-    import scale_bench
+    from bench import scale_bench
 
     cold = [mode for mode in args.cold.split(",") if mode.strip()]
     return scale_bench.run(args.n, args.base, args.queries, args.busy, args.json, cold,

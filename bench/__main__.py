@@ -1,0 +1,41 @@
+"""One entry point for the measurements, run from the project folder:
+
+    python -m bench speed SECTION ...   # benchmark.py: extract, ingest, search, formats, audio
+    python -m bench scale N ...         # scale_bench.py: N chunks beside rank_bm25 + Chroma
+    python -m bench quality SET ...     # evaluate.py: nDCG/recall on the team's eval sets
+
+Each command hands the rest of the command line to that script's own parser (`--help` there).
+
+Layer: measurement (bench/): the one entry point.
+"""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = "usage: python -m bench speed SECTION ... | scale N ... | quality SET ... (--help after)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to the script the first word names; 2 (with the usage) for anything else."""
+    args = sys.argv[1:] if argv is None else argv
+    command, rest = (args[0], args[1:]) if args else ("", [])
+    sys.argv[0] = f"python -m bench {command}"  # what the scripts' --help and errors show
+    if command == "speed":
+        from bench import benchmark
+
+        return benchmark.main(rest)
+    if command == "scale":
+        from bench import benchmark
+
+        return benchmark.main(["scale", *rest])
+    if command == "quality":
+        from bench import evaluate
+
+        return evaluate.main(rest)
+    print(USAGE, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Run status: a KB's `index-status.json`, the short locks its writers take, and RunStatus.
+
+Layer: storage helpers, below the pipeline. ingest.py (every indexing run) and queue_runner.py
+(the queue and orchestrator) both write a run's record here; neither imports the other for it.
+Per KB: `index-status.json` (`running` with its pid and progress at the start, `last_run` at
+the end) is rewritten atomically under `.status.lock`; `.writer.lock` is held by the one
+process indexing the KB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import atomic
+import limits
+from pidlock import LockBusy, PidLock
+
+# ---------------------------------------------------------------------------
+STATUS_FILE = "index-status.json"
+STATUS_LOCK = ".status.lock"  # per KB: one status writer at a time (read, change, replace)
+WRITER_LOCK = ".writer.lock"  # per KB: held by the one process indexing it (ingest.Indexer)
+BRIEF_LOCK_WAIT = 10.0  # seconds to wait for another holder of a queue or status lock
+PROGRESS_EVERY = 0.5  # seconds between progress writes to index-status.json
+# ---------------------------------------------------------------------------
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def read_json(path: Path, default: dict) -> dict:
+    try:
+        text = atomic.retry_in_use(lambda: path.read_text(encoding="utf-8"),
+                                   f"could not read {path}")
+        data = json.loads(text)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return default
+    return data if isinstance(data, dict) else default
+
+
+@contextmanager
+def briefly_held(path: Path, purpose: str) -> Iterator[None]:
+    """Hold a lock kept for milliseconds by each holder, waiting up to BRIEF_LOCK_WAIT for it."""
+    lock = PidLock(path, purpose)
+    deadline = time.monotonic() + BRIEF_LOCK_WAIT
+    while True:
+        try:
+            lock.acquire()
+            break
+        except LockBusy:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def read_status(kb_folder: Path) -> dict:
+    return read_json(kb_folder / STATUS_FILE, {"status": "idle"})
+
+
+def update_status(kb_folder: Path, **fields) -> None:
+    """Change some fields; under the status lock, so a writer never undoes another's change."""
+    kb_folder.mkdir(parents=True, exist_ok=True)
+    with briefly_held(kb_folder / STATUS_LOCK, "a status update"):
+        atomic.write_json(kb_folder / STATUS_FILE, {**read_status(kb_folder), **fields})
+
+
+def error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"[:500]
+
+
+class RunStatus:
+    """One indexing run's record in the KB's status file. The run's writer-lock holder calls
+    `start` once it holds the lock and `finish` once at the end, before letting the lock go;
+    a run that never got the lock records only its `last_run`, leaving a live holder's own
+    status alone; a queued job that never got it records nothing (it waits in the queue)."""
+
+    def __init__(self, kb_folder: Path, started_by: str, scope: str | None = None,
+                 force: bool = False):
+        self.folder = kb_folder
+        self.record = {"started_by": started_by, "pid": os.getpid(), "scope": scope,
+                       "force": force, "started_at": now()}
+        self.started = self.finished = False
+        self._written = 0.0  # monotonic time of the last progress write
+
+    def start(self) -> None:
+        self.record["started_at"] = now()
+        update_status(self.folder, status="running", progress={"current": 0, "total": 0,
+                                                                "file": None}, **self.record)
+        self.started = True
+
+    def reporter(self, forward: Callable[[int, int, str], None] | None):
+        """A progress callback that writes the status file (at most every PROGRESS_EVERY s)
+        and passes each call on to `forward` (the MCP client's progress)."""
+
+        def report(done: int, total: int, message: str) -> None:
+            if forward is not None:
+                forward(done, total, message)
+            if self.started and (time.monotonic() - self._written >= PROGRESS_EVERY
+                                 or done == total):
+                self._written = time.monotonic()
+                try:
+                    update_status(self.folder, progress={"current": done, "total": total,
+                                                         "file": message})
+                except (OSError, LockBusy):  # progress is best effort: never stop the run
+                    pass
+
+        return report
+
+    def finish(self, summary=None, error: BaseException | None = None) -> None:
+        """Record how the run ended (once; later calls do nothing)."""
+        if self.finished or self.waits_in_queue(error):
+            return
+        self.finished = True
+        last = {**self.record, "ok": error is None, "finished_at": now()}
+        if summary is not None:  # errors bounded like every file list an answer carries
+            last.update(cancelled=summary.cancelled,
+                        errors=summary.failed[:limits.MAX_LIST_ROWS],
+                        errors_total=len(summary.failed),
+                        counts={k: getattr(summary, k) for k in ("indexed", "unchanged",
+                                                                 "deleted", "embedded",
+                                                                 "chunks", "pages")})
+        if error is not None:
+            last["error"] = error_text(error)
+        if not self.folder.is_dir():  # the KB is gone: nothing to record into
+            return
+        if self.started or PidLock(self.folder / WRITER_LOCK, "").holder() is None:
+            update_status(self.folder, status="idle" if error is None else "failed",
+                          progress=None, last_run=last)
+        else:  # another process is indexing this KB: its status stays, ours is noted
+            update_status(self.folder, last_run=last)
+
+    def waits_in_queue(self, error: BaseException | None) -> bool:
+        """A queued job that found the KB busy has no result yet: run_entry requeues it."""
+        return (self.record["started_by"] == "queue" and not self.started
+                and isinstance(error, LockBusy))
