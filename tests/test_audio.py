@@ -42,7 +42,7 @@ def default_settings():
 @pytest.fixture
 def base_model(whisper_models, monkeypatch):
     if "base" not in whisper_models:
-        pytest.skip("needs the test model packages from requirements-dev.txt")
+        pytest.skip("needs the test model packages from requirements-models.txt")
     monkeypatch.setenv(audio.MODEL_ENV, str(whisper_models["base"]))
     return whisper_models["base"]
 
@@ -50,7 +50,7 @@ def base_model(whisper_models, monkeypatch):
 @pytest.fixture
 def tiny_model(whisper_models, monkeypatch):
     if "tiny.en" not in whisper_models:
-        pytest.skip("needs the test model packages from requirements-dev.txt")
+        pytest.skip("needs the test model packages from requirements-models.txt")
     monkeypatch.setenv(audio.MODEL_ENV, str(whisper_models["tiny.en"]))
     return whisper_models["tiny.en"]
 
@@ -446,7 +446,7 @@ def test_benchmark_audio_without_recordings_says_where_to_point_it(tmp_path, cap
 def test_benchmark_audio_times_each_model_against_base(tmp_path, whisper_models, capsys,
                                                        monkeypatch):
     if len(whisper_models) < 2:
-        pytest.skip("needs the test model packages from requirements-dev.txt")
+        pytest.skip("needs the test model packages from requirements-models.txt")
     monkeypatch.delenv(audio.MODEL_ENV)  # the test models alone, each measured once
     folder = tmp_path / "audio"
     folder.mkdir()
