@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import embedders
+import paths
 from embedders import Embedder, EmbedderMismatch, embedder_for
 
 if TYPE_CHECKING:
@@ -191,10 +192,8 @@ def copy_stamp(path: Path) -> str:
 
 def copies_dir(path: Path) -> Path:
     """Where the copies of the store at `path` live: one folder per source store."""
-    import kb as kbmod  # kb.py loads search and contextualize: not at chroma_store's import
-
     source = hashlib.sha1(str(path.resolve()).encode("utf-8")).hexdigest()[:16]
-    return kbmod.cache_dir("chroma", COPY_CACHE_ENV) / source
+    return paths.cache_dir("chroma", COPY_CACHE_ENV) / source
 
 
 def private_copy(path: Path) -> Path:

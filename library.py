@@ -25,6 +25,7 @@ from pathlib import Path
 import fulltext
 import kb as kbmod
 import limits
+import run_status
 from limits import UserError, check_text, shown
 from pidlock import LockBusy, PidLock
 
@@ -243,8 +244,6 @@ class Library:
         in. Once no run holds the KB, a stale store is refreshed at once and the call waits
         for it: once per run, not per commit, so what a finished run wrote is found.
         """
-        import queue_runner
-
         pending = entry.refresh
         if pending is None and version == entry.data_version:
             return  # up to date: the usual case costs no look at the writer lock
@@ -252,7 +251,7 @@ class Library:
             # nothing loaded yet (no vector search so far, or no store): a new handle is free
             self._use_store(entry, _store_for(entry.kb, entry.generation), version)
             return
-        running = PidLock(entry.kb.folder / queue_runner.WRITER_LOCK, "").holder() is not None
+        running = PidLock(entry.kb.folder / run_status.WRITER_LOCK, "").holder() is not None
         if pending is None:
             if running and time.monotonic() - entry.store_opened < limits.STORE_REFRESH_EVERY:
                 return

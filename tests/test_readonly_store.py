@@ -28,7 +28,7 @@ from test_hostile_server import read_only_folder
 import chroma_store
 import ingest
 import limits
-import queue_runner
+import run_status
 from library import Library
 from pidlock import PidLock
 
@@ -194,7 +194,7 @@ def test_a_search_while_an_indexer_commits_never_reopens_chroma_on_its_thread(
         run = threading.Thread(target=ingest.ingest, args=(kb, [tmp_path / "more"]))
         run.start()
         assert ollama.reached.wait(60), "the run never reached its embedding step"
-        assert PidLock(kb.folder / queue_runner.WRITER_LOCK, "").holder() is not None
+        assert PidLock(kb.folder / run_status.WRITER_LOCK, "").holder() is not None
         # committed lines, no vectors yet: keyword search sees it, nothing reopens Chroma
         for mode in ("bm25", "vector", "auto"):
             found = library.search("zeppelin hangar", 3, mode, "docs", None)
