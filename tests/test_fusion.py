@@ -1,4 +1,4 @@
-"""Fusion of the BM25 and vector legs (search.fuse) on constructed candidates, the KB's
+"""Fusion of the BM25 and vector legs (fusion.fuse) on constructed candidates, the KB's
 `search` block (kb.py), and that block reaching the ranking of a real KB through the real
 Searcher, SQLite and Chroma (vectors from a small OpenAI-format server on 127.0.0.1)."""
 
@@ -11,19 +11,20 @@ import pytest
 
 import chroma_store
 import fulltext
+import fusion
 import ingest
 import kb as kbmod
 import search
 
 
 def cand(name: str, bm25: float, cosine: float, bm25_rank: int | None,
-         vector_rank: int | None) -> search.Candidate:
+         vector_rank: int | None) -> fusion.Candidate:
     """A candidate whose row is just its source name (fuse reads nothing else)."""
-    return search.Candidate({"source": name}, bm25, cosine, bm25_rank, vector_rank)
+    return fusion.Candidate({"source": name}, bm25, cosine, bm25_rank, vector_rank)
 
 
-def order(candidates: list[search.Candidate], fusion: str, weight: float | None = None) -> str:
-    return "".join(c.row["source"] for c, _ in search.fuse(candidates, fusion, weight))
+def order(candidates: list[fusion.Candidate], method: str, weight: float | None = None) -> str:
+    return "".join(c.row["source"] for c, _ in fusion.fuse(candidates, method, weight))
 
 
 # BM25 is sure of A and B (scores 10, 9) and has C far behind; the vector leg puts C first by
@@ -37,7 +38,7 @@ def test_convex_keeps_bm25_order_at_a_low_weight_and_follows_vectors_at_a_high_o
 
 
 def test_convex_scores_are_the_stated_combination() -> None:
-    scores = {c.row["source"]: s for c, s in search.fuse(SPLIT, "convex", 0.3)}
+    scores = {c.row["source"]: s for c, s in fusion.fuse(SPLIT, "convex", 0.3)}
     assert scores["B"] == pytest.approx(0.7 * 9 / 10 + 0.3 * 0.40)
     assert scores["C"] == pytest.approx(0.7 * 1 / 10 + 0.3 * 0.90)
 
@@ -45,7 +46,7 @@ def test_convex_scores_are_the_stated_combination() -> None:
 def test_convex_treats_a_negative_cosine_as_zero() -> None:
     # a chunk pointing away from the query gets nothing from the vector leg, not a penalty
     pair = [cand("A", 5.0, -0.9, 1, 2), cand("B", 4.9, 0.0, 2, 1)]
-    assert [round(s, 4) for _, s in search.fuse(pair, "convex", 0.3)] == [0.7, 0.686]
+    assert [round(s, 4) for _, s in fusion.fuse(pair, "convex", 0.3)] == [0.7, 0.686]
 
 
 def test_minmax_rescales_the_cosines_over_the_candidates() -> None:
@@ -54,7 +55,7 @@ def test_minmax_rescales_the_cosines_over_the_candidates() -> None:
     assert order(SPLIT, "minmax", 0.2) == "ABC"
     assert order(SPLIT, "minmax", 0.5) == "CBA"
     assert order(SPLIT, "convex", 0.5)[-1] == "C"
-    scores = {c.row["source"]: s for c, s in search.fuse(SPLIT, "minmax", 0.5)}
+    scores = {c.row["source"]: s for c, s in fusion.fuse(SPLIT, "minmax", 0.5)}
     assert scores["B"] == pytest.approx(0.5 * 9 / 10 + 0.5 * (0.40 - 0.30) / 0.60)
 
 
@@ -68,15 +69,15 @@ def test_minmax_lets_a_narrow_band_of_cosines_count_where_convex_ignores_it() ->
 def test_minmax_of_equal_cosines_counts_a_positive_one_whole() -> None:
     # one candidate (or all cosines equal): no spread to rescale, so a positive cosine is 1
     alone = [cand("A", 2.0, 0.4, 1, 1)]
-    assert [s for _, s in search.fuse(alone, "minmax", 0.2)] == [pytest.approx(1.0)]
-    assert [s for _, s in search.fuse([cand("A", 0.0, -0.1, None, 1)], "minmax", 0.2)] == [0.0]
+    assert [s for _, s in fusion.fuse(alone, "minmax", 0.2)] == [pytest.approx(1.0)]
+    assert [s for _, s in fusion.fuse([cand("A", 0.0, -0.1, None, 1)], "minmax", 0.2)] == [0.0]
 
 
 def test_rrf_sees_only_ranks() -> None:
     # A (ranks 1, 3) and C (3, 1) tie whatever their scores, just above B (2, 2): 1/61 + 1/63
     # > 2/62; ties keep the candidates' order
     assert order(SPLIT, "rrf") == "ACB"
-    scores = {c.row["source"]: s for c, s in search.fuse(SPLIT, "rrf")}
+    scores = {c.row["source"]: s for c, s in fusion.fuse(SPLIT, "rrf")}
     assert scores["A"] == scores["C"] == pytest.approx(1 / 61 + 1 / 63)
     assert scores["B"] == pytest.approx(2 / 62)
 
@@ -88,14 +89,14 @@ def test_rrf_weight_shifts_the_share_between_legs() -> None:
 
 def test_rrf_counts_a_leg_that_did_not_find_the_chunk_as_nothing() -> None:
     one_leg = [cand("A", 3.0, 0.2, None, 1), cand("B", 3.0, 0.2, 1, 2)]
-    scores = [round(s, 6) for _, s in search.fuse(one_leg, "rrf")]
+    scores = [round(s, 6) for _, s in fusion.fuse(one_leg, "rrf")]
     assert order(one_leg, "rrf") == "BA" and scores == [round(1 / 61 + 1 / 62, 6),
                                                          round(1 / 61, 6)]
 
 
 def test_no_candidates_fuse_to_nothing() -> None:
-    for fusion in search.FUSIONS:
-        assert search.fuse([], fusion) == []
+    for method in fusion.FUSIONS:
+        assert fusion.fuse([], method) == []
 
 
 # --- the KB's `search` block (kb.py) -------------------------------------------------------
@@ -131,7 +132,7 @@ def test_a_search_block_that_is_not_an_object_is_refused(tmp_path: Path) -> None
 def test_search_settings_default_to_search_py_and_take_the_kb_block(tmp_path: Path) -> None:
     kbmod.open_or_create(tmp_path, "docs")
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
-        "fusion": search.DEFAULT_FUSION, "vector_weight": 0.3}
+        "fusion": fusion.DEFAULT_FUSION, "vector_weight": 0.3}
     write_config(tmp_path, {"search": {"fusion": "convex", "vectorWeight": 0}})
     kb = kbmod.load(tmp_path, "docs")
     assert kbmod.search_settings(kb) == {"fusion": "convex", "vector_weight": 0}
@@ -141,9 +142,9 @@ def test_search_settings_default_to_search_py_and_take_the_kb_block(tmp_path: Pa
 def test_the_default_weight_follows_the_embedder(tmp_path: Path) -> None:
     # minmax gives any embedder but the weak built-in more say (issue 10); a KB's own
     # vectorWeight still wins, and methods without a stronger default keep theirs
-    assert search.default_weight("minmax", "builtin") == 0.3
-    assert search.default_weight("minmax", "ollama") == 0.45
-    assert search.default_weight("rrf", "openai") == 0.5
+    assert fusion.default_weight("minmax", "builtin") == 0.3
+    assert fusion.default_weight("minmax", "ollama") == 0.45
+    assert fusion.default_weight("rrf", "openai") == 0.5
     openai = {"provider": "openai", "model": "m", "baseUrl": "http://127.0.0.1:9"}
     write_config(tmp_path, {"embedding": openai})
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
