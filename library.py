@@ -207,6 +207,7 @@ class Library:
                     continue
                 with self.reading(kb_id) as entry:
                     counts = fulltext.counts(entry.conn)
+                    self._searcher(entry)  # opens the vector store and checks its shape
                     problem = entry.vector_note or missing_store_folder(entry)
             except (kbmod.ConfigError, UserError) as err:
                 status = "damaged" if isinstance(err, KBDamaged) else "error"
@@ -527,8 +528,11 @@ def vector_problem(entry: OpenKB) -> str | None:
 
     Seen in the field: a `chroma/` folder deleted by a cleanup tool. Without this check the
     server made a new empty store, vector search found nothing and the status said ready.
+    A store of another shape (another model's identity, vectors of another length) is
+    dropped too: every query of it would fail, so `auto` answers from BM25 at once.
     """
     import chroma_store
+    from embedders import EmbedderMismatch
 
     if entry.store is None:
         return None
@@ -538,12 +542,13 @@ def vector_problem(entry: OpenKB) -> str | None:
     if settled <= 0:
         return None
     try:
+        entry.store.check_shape()
         held = entry.store.count()
-    except chroma_store.StoreMissing as err:
+    except (chroma_store.StoreMissing, EmbedderMismatch) as err:
         entry.store.close()
         entry.store = None
         return str(err)
-    except Exception as err:  # another model's vectors, an unreachable Chroma server
+    except Exception as err:  # an unreachable Chroma server, a broken store
         return f"{type(err).__name__}: {str(err)[:300]}"
     if held >= settled:
         return None
@@ -568,6 +573,7 @@ def index_health(entry: OpenKB) -> dict:
     warnings = [entry.config_note] if entry.config_note else []
     problem = entry.vector_note or missing_store_folder(entry)
     if problem:
+        info["vector_store"] = "degraded"  # keyword search serves; vector search waits for the fix
         warnings.append(problem)
     contexts = contextualize.state(conn, entry.kb.contextualizer)
     if contexts["provider"] != "none" or contexts["contextualized"] or contexts["stale"]:
