@@ -224,6 +224,7 @@ class Library:
     def search(self, query: str, top_k: int, mode: str, kb_id: str | None,
                source: str | None) -> dict:
         import search
+        from embedders import EmbedderMismatch
 
         check_text(query, "query", limits.MAX_QUERY_CHARS, allow_newlines=True)
         limits.check_name(source, "source")
@@ -246,6 +247,8 @@ class Library:
                     raise failure
                 hits = searcher.search(query, top_k, mode, source, embedding=embedding, **fusion)
             except search.VectorLegError as err:
+                if isinstance(err.__cause__, EmbedderMismatch):  # a dimension learnt just now
+                    entry.vector_note = str(err.__cause__)  # listing and get_index_info say so
                 if mode != "auto":
                     raise UserError(f"vector search failed: {err}; use search_mode 'bm25' or "
                                     "'exact' meanwhile") from None

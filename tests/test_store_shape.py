@@ -136,3 +136,33 @@ async def test_stdio_server_reports_a_384_dim_store_degraded(indexed, tmp_path):
                                 search_mode="vector")
         assert FIX in text and "dimension of 384" not in text
     assert "Traceback" not in log.read_text(encoding="utf-8", errors="replace")
+
+
+def test_a_dimension_learnt_at_the_first_query_is_reported_then(tmp_path, monkeypatch):
+    """An HTTP embedder without `embedding.dimension` knows its length only once it embeds:
+    the store opens `ready`, the first query finds the other length, and from then on the
+    listing and get_index_info say `degraded` too (before, only that search said so)."""
+    from test_embedders import Provider, config_for, make_kb, write_docs
+
+    import ingest
+
+    server = Provider("openai", dim=256)
+    monkeypatch.setenv("OPENAI_API_KEY", server.key)
+    try:
+        kb = make_kb(tmp_path, config_for(server))
+        summary = ingest.ingest(kb, [write_docs(tmp_path / "docs", {"harbour.txt": TEXT})])
+        assert (summary.indexed, summary.embedded) == (1, summary.chunks)
+        server.dim = 384  # the same model name, now served at another length
+        library = Library(tmp_path / "base")
+        try:
+            assert library.list_knowledge_bases()[0]["status"] == "ready"  # nothing to go by
+            found = library.search("crane cables", 5, "auto", kb.id, None)
+            fix = f"start_reindex(kb_id={kb.id!r}, scope=\"embedding\")"
+            assert found["hits"] and fix in found["degraded"]
+            listed = library.list_knowledge_bases()[0]
+            assert listed["status"] == "degraded" and fix in listed["error"], listed
+            assert library.get_index_info(kb.id)["vector_store"] == "degraded"
+        finally:
+            library.close()
+    finally:
+        server.close()
