@@ -287,6 +287,7 @@ class ChromaStore:
         return collection
 
     def _reembed(self) -> str:
+        """The way out of every mismatch: embed the stored text again, nothing re-extracted."""
         return (f"re-embed its stored text (no extraction) with "
                 f"start_reindex(kb_id={self.kb_id!r}, scope=\"embedding\")")
 
