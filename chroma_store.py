@@ -10,7 +10,8 @@ a Chroma server. A reader (the server) writes nothing but what chromadb writes o
 folder is read-only it opens a private copy in the user cache instead (`private_copy`).
 The collection's metadata records who made its vectors (provider, model, dimension);
 every write, query and count checks it against the KB's embedder, and a mismatch raises
-EmbedderMismatch saying to re-embed (reindex scope `embedding`).
+EmbedderMismatch saying to re-embed (reindex scope `embedding`); `check_shape` also compares
+the length of a held vector, for a reader opening the store.
 Listing, deleting and dropping never check, so that re-embedding can always run.
 
 The embedder also goes into the collection's configuration as a chromadb
@@ -286,6 +287,13 @@ def _recorded_identity(collection: Any) -> dict | None:
     return {k: meta.get(IDENTITY_PREFIX + k) for k in ("provider", "model", "dimension")}
 
 
+def _held_dimension(collection: Any) -> int | None:
+    """The length of the vectors a collection holds, from one of them (None when empty):
+    metadata can be missing or wrong, a stored vector cannot."""
+    got = collection.get(limit=1, include=["embeddings"])["embeddings"]
+    return len(got[0]) if got is not None and len(got) else None
+
+
 class ChromaStore:
     """One KB's collection; the client opens on first use and close() releases it."""
 
@@ -374,13 +382,36 @@ class ChromaStore:
                 raise EmbedderMismatch(
                     f"knowledge base {self.kb_id!r} holds vectors from "
                     f"{embedders.describe(stored)}, but its config now says "
-                    f"{embedders.describe(ours)}; re-embed its stored text (no extraction) "
-                    f"with start_reindex(kb_id={self.kb_id!r}, scope=\"embedding\")")
+                    f"{embedders.describe(ours)}; {self._reembed()}")
         if record and (stored is None or not stored.get("dimension")) and ours["dimension"]:
             collection.modify(metadata={**(collection.metadata or {}),
                                         **_identity_metadata(ours)})
             self._stored = ours
         return collection
+
+    def _reembed(self) -> str:
+        """The way out of every mismatch: embed the stored text again, nothing re-extracted."""
+        return (f"re-embed its stored text (no extraction) with "
+                f"start_reindex(kb_id={self.kb_id!r}, scope=\"embedding\")")
+
+    def check_shape(self) -> None:
+        """Raise EmbedderMismatch (naming the re-embed command) when the collection holds
+        another model's vectors, or vectors of another length than the embedder makes.
+
+        A reader runs this when it opens the store, so a status tells the truth before the
+        first query: a collection put in place of `chroma/` without our identity (seen in
+        the field: 384-dim vectors) passed the identity check as a first-release collection,
+        and every vector query then failed inside Chroma with no fix named. An embedder that
+        learns its dimension at its first embed (an HTTP provider without `dimension`) is
+        compared at the first query instead, where `query` passes the vector's length.
+        """
+        collection = self._checked()
+        ours = self.embedder.identity()
+        held = _held_dimension(collection)
+        if held and ours["dimension"] and held != ours["dimension"]:
+            raise EmbedderMismatch(
+                f"knowledge base {self.kb_id!r} holds {held}-dim vectors, but its config says "
+                f"{embedders.describe(ours)}; {self._reembed()}")
 
     def _connect(self) -> Any:
         """An embedded client on kb_dir/chroma, or an HTTP client for self.url."""

@@ -289,6 +289,7 @@ class Library:
                     continue
                 with self.reading(kb_id) as entry:
                     counts = fulltext.counts(entry.conn)
+                    self._searcher(entry)  # opens the vector store and checks its shape
                     problem = entry.vector_note or missing_store_folder(entry)
             except (kbmod.ConfigError, UserError) as err:
                 status = "damaged" if isinstance(err, KBDamaged) else "error"
@@ -305,6 +306,7 @@ class Library:
     def search(self, query: str, top_k: int, mode: str, kb_id: str | None,
                source: str | None) -> dict:
         import search
+        from embedders import EmbedderMismatch
 
         check_text(query, "query", limits.MAX_QUERY_CHARS, allow_newlines=True)
         limits.check_name(source, "source")
@@ -327,6 +329,8 @@ class Library:
                     raise failure
                 hits = searcher.search(query, top_k, mode, source, embedding=embedding, **fusion)
             except search.VectorLegError as err:
+                if isinstance(err.__cause__, EmbedderMismatch):  # a dimension learnt just now
+                    entry.vector_note = str(err.__cause__)  # listing and get_index_info say so
                 if mode != "auto":
                     raise UserError(f"vector search failed: {err}; use search_mode 'bm25' or "
                                     "'exact' meanwhile") from None
@@ -609,8 +613,11 @@ def vector_problem(entry: OpenKB) -> str | None:
 
     Seen in the field: a `chroma/` folder deleted by a cleanup tool. Without this check the
     server made a new empty store, vector search found nothing and the status said ready.
+    A store of another shape (another model's identity, vectors of another length) is
+    dropped too: every query of it would fail, so `auto` answers from BM25 at once.
     """
     import chroma_store
+    from embedders import EmbedderMismatch
 
     if entry.store is None:
         return None
@@ -620,12 +627,13 @@ def vector_problem(entry: OpenKB) -> str | None:
     if settled <= 0:
         return None
     try:
+        entry.store.check_shape()
         held = entry.store.count()
-    except chroma_store.StoreMissing as err:
+    except (chroma_store.StoreMissing, EmbedderMismatch) as err:
         entry.store.close()
         entry.store = None
         return str(err)
-    except Exception as err:  # another model's vectors, an unreachable Chroma server
+    except Exception as err:  # an unreachable Chroma server, a broken store
         return f"{type(err).__name__}: {str(err)[:300]}"
     if held >= settled:
         return None
@@ -650,6 +658,7 @@ def index_health(entry: OpenKB) -> dict:
     warnings = [entry.config_note] if entry.config_note else []
     problem = entry.vector_note or missing_store_folder(entry)
     if problem:
+        info["vector_store"] = "degraded"  # keyword search serves; vector search waits for the fix
         warnings.append(problem)
     contexts = contextualize.state(conn, entry.kb.contextualizer)
     if contexts["provider"] != "none" or contexts["contextualized"] or contexts["stale"]:

@@ -519,9 +519,12 @@ async def test_several_knowledge_bases(corpus, tmp_path):
                                cwd=str(REPO), keep_alive=False, log_file=tmp_path / "server.log")
     async with Client(transport, timeout=60) as client:
         kbs = {k["id"]: k for k in (await call(client, "list_knowledge_bases"))["knowledge_bases"]}
+        # the copy's Chroma holds `default`'s collection, none of its own: listing opens the
+        # store and says so (issue 34 item 6: it said `ready` until a first vector search)
         assert {k: v["status"] for k, v in kbs.items()} == \
-            {"broken": "error", "copy": "ready", "default": "ready", "empty": "empty"}
+            {"broken": "error", "copy": "degraded", "default": "ready", "empty": "empty"}
         assert "config.json" in kbs["broken"]["error"]
+        assert "has no collection 'linecite-copy'" in kbs["copy"]["error"]
         assert kbs["copy"]["counts"] == kbs["default"]["counts"]
         text = await tool_error(client, "search", query="배포")
         assert "several knowledge bases" in text and "broken, copy, default, empty" in text
