@@ -343,9 +343,9 @@ def _audio_run(model: str, files: list[Path], threads: int) -> tuple[int, list[d
 def bench_audio(folder: Path, threads: int, busy: bool) -> int:
     """Real-time factor per model on every corpus recording, peak memory, model load time and
     time to the first line; each model in its own process; `base` is the baseline."""
-    from formats import audio
+    from formats import AUDIO_SUFFIXES, audio
 
-    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in audio.AUDIO_SUFFIXES)
+    files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES)
     if not files:
         print(f"no recordings in {folder}; pass --dir with the corpus's audio folder",
               file=sys.stderr)

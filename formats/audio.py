@@ -39,7 +39,6 @@ import paths
 from formats.base import Extracted, ExtractError
 
 # -----------------------------------------------------------------------------
-AUDIO_SUFFIXES = (".mp3", ".wav", ".m4a", ".ogg", ".flac", ".webm", ".mp4")
 PAGE_SECONDS = 600  # one page per 10 minutes of recording: a page a person can scan
 MAX_SECONDS = 12 * 3600  # longest recording transcribed (checked before any decoding)
 ENGINES = ("faster-whisper", "openai-whisper")
@@ -438,11 +437,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args[0] == "fetch":
         return _fetch(args[1] if len(args) > 1 else "")
-    import extract
-
     try:
-        doc = extract.extract(Path(args[1]))
-    except extract.ExtractError as exc:
+        doc = extract_audio(Path(args[1]))
+    except ExtractError as exc:
         print(f"linecite: {exc}", file=sys.stderr)
         return 1
     print(f"# {doc.parser}", *doc.warnings, *(line for page in doc.pages for line in page),

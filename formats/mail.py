@@ -23,7 +23,7 @@ message the nested storage `__substg1.0_3701000D`. The compressed RTF body (MS-O
 decompressed here and read by markup.rtf_text. Encrypted mail (S/MIME, PGP, IRM) ends
 `password-protected`.
 
-Layer: reader (formats/), above formats/markup.py; it asks extract.supported which attachments a
+Layer: reader (formats/), above formats/markup.py; it asks formats.supported which attachments a
 reader claims.
 """
 
@@ -40,8 +40,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from extract import supported  # which attachments a reader claims (the one upward import)
-from formats import markup, office
+from formats import (
+    markup,
+    office,
+    supported,  # which attachments a reader claims
+)
 from formats.base import Extracted, ExtractError, check_text_size, clean_lines, decode_text
 
 # -----------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 Reads a PDF or an image (.png .jpg .jpeg .tif .tiff .bmp .webp; a multi-page TIFF is one page
 per frame); writes one small JSON file per OCR'd page to the OCR cache, so a re-index or a
-crash never runs Tesseract on the same page twice. `extract.extract_pdf` calls `mend_pdf` for
+crash never runs Tesseract on the same page twice. `formats.pdf.extract_pdf` calls `mend_pdf` for
 pages with no text, junk text, or a scanner's OCR layer that Tesseract disagrees with
-(pdf-with-ocr-text.pdf); `extract.extract_image` calls `read_image`. This module never imports
+(pdf-with-ocr-text.pdf); `formats.image.extract_image` calls `read_image`. This module never imports
 extract.py: it reads pixels and caches text, extract.py makes documents of it.
 
     python ingest.py smoke-ocr scan.pdf      # OCR a scan, print its text (exit 1: no Tesseract)
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import atomic
 import paths
+from formats import IMAGE_SUFFIXES
 
 # -----------------------------------------------------------------------------
 DPI = 300  # render resolution; Tesseract is told it, since its own estimate cost CER .038->.058
@@ -47,7 +48,6 @@ LAYER_SAMPLES = 3  # layered pages OCR'd to judge that layer
 LAYER_CONF = 85  # Tesseract words this confident are taken as right...
 LAYER_MIN_WORDS = 10  # ...and with at least this many such words on a page...
 LAYER_AGREEMENT = 0.9  # ...a layer holding fewer of them is wrong (measured .97-.98 vs .79)
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
 WINDOWS_TESSERACT = Path(r"C:\Program Files\Tesseract-OCR\tesseract.exe")
 # -----------------------------------------------------------------------------
 
@@ -384,7 +384,7 @@ def _flat(image):
 def read_image(path: Path) -> tuple[list[str], list[str]]:
     """OCR every frame of an image file (a multi-page TIFF has several): (text of each frame,
     "" where OCR read nothing; warnings). Raises OcrUnavailable, and PIL's own errors for a
-    file that is no image (extract.extract_image says what they mean)."""
+    file that is no image (formats.image.extract_image says what they mean)."""
     from PIL import Image
 
     with Image.open(path) as image:

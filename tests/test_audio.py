@@ -20,6 +20,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
 import extract
+import formats
 import fulltext
 import ingest
 import kb as kbmod
@@ -188,7 +189,7 @@ def test_kb_keeps_a_good_audio_block(tmp_path):
 
 
 def test_every_audio_suffix_is_registered():
-    assert all(extract.supported(extract.Path(f"talk{s.upper()}")) for s in audio.AUDIO_SUFFIXES)
+    assert all(extract.supported(Path(f"talk{s.upper()}")) for s in formats.AUDIO_SUFFIXES)
 
 
 def test_mislabelled_and_truncated_audio_fail_with_a_reason_before_any_model(tmp_path,

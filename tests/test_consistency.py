@@ -22,6 +22,7 @@ import kb as kbmod
 import queue_runner
 import run_status
 import safeopen
+from formats import pdf as pdf_reader
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -261,7 +262,7 @@ def test_two_threads_extract_pdfs_one_at_a_time_with_the_same_pages(tmp_path, mo
     alone = [extract.extract(p).pages for p in pdfs]
     inside, most = 0, 0
     count = threading.Lock()
-    real = extract.pdfium.PdfDocument
+    real = pdf_reader.pdfium.PdfDocument
 
     def watched(*args, **kwargs):
         nonlocal inside, most
@@ -273,7 +274,7 @@ def test_two_threads_extract_pdfs_one_at_a_time_with_the_same_pages(tmp_path, mo
             inside -= 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(extract.pdfium, "PdfDocument", watched)
+    monkeypatch.setattr(pdf_reader.pdfium, "PdfDocument", watched)
     results: dict[int, list] = {}
     threads = [threading.Thread(target=lambda n=n: results.__setitem__(
         n, extract.extract(pdfs[n]).pages)) for n in range(2)]

@@ -14,9 +14,11 @@ from fpdf import FPDF
 
 import chunking
 import extract
+import formats
 import formats.base
 from bench import benchmark
 from extract import Extracted, ExtractError
+from formats import pdf
 
 NATO = (
     "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
@@ -144,7 +146,7 @@ def test_truncated_pdf_is_corrupt_or_partial(tmp_path, report_pdf):
 
 def _patched_first(monkeypatch, fake) -> None:
     """Replace pypdfium2 in the chain by `fake`, keeping the name so parser labels stay."""
-    monkeypatch.setattr(extract, "PDF_BACKENDS", [("pypdfium2", fake), *extract.PDF_BACKENDS[1:]])
+    monkeypatch.setattr(pdf, "PDF_BACKENDS", [("pypdfium2", fake), *pdf.PDF_BACKENDS[1:]])
 
 
 def test_backend_that_raises_falls_back_to_pdfminer(monkeypatch, report_pdf):
@@ -158,7 +160,7 @@ def test_backend_that_raises_falls_back_to_pdfminer(monkeypatch, report_pdf):
 
 
 def test_garbage_page_is_mended_by_a_later_backend(monkeypatch, report_pdf):
-    real = extract._pdfium_pages
+    real = pdf._pdfium_pages
 
     def garbled(path, wanted):
         texts, lost = real(path, wanted)
@@ -173,7 +175,7 @@ def test_garbage_page_is_mended_by_a_later_backend(monkeypatch, report_pdf):
 
 
 def test_page_pdfium_lost_is_asked_again(monkeypatch, report_pdf):
-    real = extract._pdfium_pages
+    real = pdf._pdfium_pages
 
     def lossy(path, wanted):
         texts, _ = real(path, wanted)
@@ -194,13 +196,13 @@ def test_fallback_that_is_no_better_keeps_the_first_text(monkeypatch, report_pdf
     def also_junk(path, wanted):
         return {i: "(cid:1)" * 30 for i in wanted or range(4)}, set()
 
-    monkeypatch.setattr(extract, "PDF_BACKENDS", [("pypdfium2", garbled), ("pdfminer", also_junk)])
-    monkeypatch.setattr(extract, "_ocr_pages", lambda *args: [])  # OCR is tested in test_ocr
+    monkeypatch.setattr(pdf, "PDF_BACKENDS", [("pypdfium2", garbled), ("pdfminer", also_junk)])
+    monkeypatch.setattr(pdf, "_ocr_pages", lambda *args: [])  # OCR is tested in test_ocr
     assert extract.extract(report_pdf) == Extracted(pages=[[junk.rstrip()]] * 4, parser="pypdfium2")
 
 
 def test_second_fallback_mends_what_the_first_could_not(monkeypatch, report_pdf):
-    real = extract._pdfium_pages
+    real = pdf._pdfium_pages
 
     def garbled(path, wanted):
         texts, lost = real(path, wanted)
@@ -210,8 +212,8 @@ def test_second_fallback_mends_what_the_first_could_not(monkeypatch, report_pdf)
     def no_help(path, wanted):
         return {i: "(cid:5)" * 50 for i in wanted or range(4)}, set()
 
-    chain = [("pypdfium2", garbled), ("pdfminer", no_help), extract.PDF_BACKENDS[2]]
-    monkeypatch.setattr(extract, "PDF_BACKENDS", chain)
+    chain = [("pypdfium2", garbled), ("pdfminer", no_help), pdf.PDF_BACKENDS[2]]
+    monkeypatch.setattr(pdf, "PDF_BACKENDS", chain)
     result = extract.extract(report_pdf)
     assert (result.parser, body(1)[2] in result.pages[1]) == ("pypdfium2+pypdf", True)
 
@@ -221,7 +223,7 @@ def test_slow_fallback_gives_up(monkeypatch, report_pdf):
         raise RuntimeError("simulated pdfium crash")
 
     _patched_first(monkeypatch, broken)
-    monkeypatch.setattr(extract, "FALLBACK_SECONDS_PER_PAGE", -1.0)
+    monkeypatch.setattr(pdf, "FALLBACK_SECONDS_PER_PAGE", -1.0)
     with pytest.raises(ExtractError) as caught:
         extract.extract(report_pdf)
     assert caught.value.reason == "corrupt"
@@ -332,7 +334,7 @@ def test_supported_is_case_insensitive_and_matches_extractors(tmp_path):
         False,
         False,
     ]
-    assert all(s.startswith(".") and s == s.lower() for s in extract.EXTRACTORS)
+    assert all(s.startswith(".") and s == s.lower() for s in formats.READERS)
 
 
 def test_extract_error_carries_reason_and_detail():

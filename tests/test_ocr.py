@@ -21,6 +21,7 @@ import extract
 import formats.base
 from extract import ExtractError
 from formats import ocr
+from formats import pdf as pdf_reader
 
 SCANNED = ("corpus", "pdf", "scanned")
 KEY = f"{ocr.DEFAULT_LANG}.{ocr.DPI}"  # how cache files are named after the page
@@ -266,7 +267,7 @@ def test_junk_text_layer_is_replaced_by_ocr(tmp_path, monkeypatch):
     def junk(path, wanted):  # a font without ToUnicode, as every backend reads it
         return {0: "(cid:12)(cid:7) " * 40}, set()
 
-    monkeypatch.setattr(extract, "PDF_BACKENDS", [("pypdfium2", junk), ("pdfminer", junk)])
+    monkeypatch.setattr(pdf_reader, "PDF_BACKENDS", [("pypdfium2", junk), ("pdfminer", junk)])
     result = extract.extract(tmp_path / "junk.pdf")
     assert result.parser == "pypdfium2+ocr"
     assert result.pages == [["Quarterly revenue grew strongly"]]
