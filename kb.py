@@ -26,6 +26,7 @@ import contextualize as ctx
 import embedders
 import fulltext
 import fusion
+import limits
 
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
@@ -290,6 +291,11 @@ def follow(kb: KnowledgeBase, folder: Path) -> bool:
     """Add a folder to the KB's sourcePaths (config.json rewritten, other fields kept), so
     folder sync, check_changes and start_reindex keep it current; False if it was there."""
     resolved = folder.expanduser().resolve()
+    if limits.path_text(resolved) != str(resolved):
+        raise limits.UserError(
+            f"cannot follow {limits.path_text(resolved)}: its name holds bytes that are not "
+            "UTF-8, which config.json cannot keep; rename the folder (or index it once with "
+            "--once) and try again")
     known = {os.path.normcase(Path(p).expanduser().resolve()) for p in kb.source_paths}
     if os.path.normcase(resolved) in known:
         return False

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import atomic
 import chroma_store
 import chunking
 import fulltext
@@ -144,7 +145,7 @@ def eval_kb(name: str, cache: Path, embedding: dict | None) -> kbmod.KnowledgeBa
     config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
     if config.get("embedding") != embedding:
         config["embedding"] = embedding
-        (kb.folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        atomic.write_json(kb.folder / "config.json", config)
     return kbmod.load(cache, kb.id)
 
 

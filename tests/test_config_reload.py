@@ -25,6 +25,7 @@ from test_embedders import MODELS, Provider
 from test_server import PY, REPO, SERVER, ingest_cli
 
 import kb as kbmod
+import limits
 
 RELOAD_LIMIT = 2.0  # seconds a running server may take to see a changed config.json
 MODEL_LOAD = 30.0  # and to load the built-in model on its first vector search (2 busy cores)
@@ -161,9 +162,9 @@ def make_kb(tmp_path: Path) -> kbmod.KnowledgeBase:
 def test_a_path_that_cannot_be_written_leaves_the_config_whole(tmp_path):
     # regression (issue 25): follow() rewrote config.json in place; a folder name that is not
     # valid UTF-8 (Linux hands it over with surrogates) failed mid-write, leaving an empty
-    # file: the KB went `error` and lost its sourcePaths
+    # file: the KB went `error` and lost its sourcePaths. Now refused up front, clearly.
     kb = make_kb(tmp_path)
-    with pytest.raises(UnicodeEncodeError):
+    with pytest.raises(limits.UserError, match=r"caf\\xe9.*not UTF-8.*rename"):
         kbmod.follow(kb, tmp_path / "caf\udce9")
     assert kbmod.load(tmp_path / "base", "docs").source_paths == [str(tmp_path / "first")]
     assert not list(kb.folder.glob("*.tmp"))
