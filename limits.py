@@ -10,6 +10,7 @@ Layer: ground (no project imports): the bounds every layer checks against.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 
@@ -168,3 +169,21 @@ def request_problem(message: object) -> str | None:
         if isinstance(value, str) and len(value) > MAX_ID_CHARS:
             return f"{what} is {len(value):,} characters long; the limit is {MAX_ID_CHARS}"
     return None
+
+
+def message_problem(body: bytes) -> str | None:
+    """The first bound a body's JSON-RPC message (or batch) breaks, over HTTP or one line of
+    stdio; None for a body that is no JSON, which the protocol layer refuses itself."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    messages = parsed if isinstance(parsed, list) else [parsed]
+    return next(filter(None, map(request_problem, messages)), None)
+
+
+def invalid_request(problem: str) -> dict:
+    """The JSON-RPC error for a request refused before any work; its id is null, never the
+    request's own, which may be what broke the bound."""
+    return {"jsonrpc": "2.0", "id": None,
+            "error": {"code": -32600, "message": f"Invalid Request: {problem}."}}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import os
 import sys
 import threading
@@ -37,6 +36,7 @@ from pydantic_core import PydanticCustomError
 import kb as kbmod
 import limits
 import paths
+import stdio_transport
 from library import MAX_CONTEXT, Library
 from limits import UserError
 
@@ -372,9 +372,7 @@ def jsonrpc_refusal(status: int, problem: str):
     """A JSON-RPC error for a request refused before any work; its id is null, never echoed."""
     from starlette.responses import JSONResponse
 
-    return JSONResponse({"jsonrpc": "2.0", "id": None,
-                         "error": {"code": -32600, "message": f"Invalid Request: {problem}."}},
-                        status_code=status)
+    return JSONResponse(limits.invalid_request(problem), status_code=status)
 
 
 async def read_body(receive, limit: int) -> bytes | None:
@@ -409,7 +407,7 @@ class BoundedRequests:
                                            f"{limits.MAX_REQUEST_BYTES:,} bytes, the limit")
             await refusal(scope, receive, send)
             return
-        problem = request_body_problem(body)
+        problem = limits.message_problem(body)
         if problem:
             await jsonrpc_refusal(400, problem)(scope, receive, send)
             return
@@ -423,17 +421,6 @@ class BoundedRequests:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
-
-
-def request_body_problem(body: bytes) -> str | None:
-    """The first bound a body's JSON-RPC message (or batch) breaks; None for a body that is
-    no JSON, which the protocol layer refuses itself."""
-    try:
-        parsed = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    messages = parsed if isinstance(parsed, list) else [parsed]
-    return next(filter(None, map(limits.request_problem, messages)), None)
 
 
 def http_auth(host: str):
@@ -468,7 +455,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.base_path is not None:  # the flag wins over the environment, for the
         os.environ[paths.HOME_ENV] = str(args.base_path)  # lifespan and every child process
     if args.transport == "stdio":
-        mcp.run("stdio", show_banner=False)
+        stdio_transport.serve(mcp)
         return
     mcp.auth = http_auth(args.host)
     print(f"linecite: serving MCP on http://{args.host}:{args.port}/mcp", file=sys.stderr)

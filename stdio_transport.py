@@ -1,0 +1,107 @@
+"""The stdio transport with the request bounds the HTTP transport has (issue 34.7).
+
+mcp's `stdio_server` reads each line of stdin whole and echoes what it holds: a line with no
+newline grows without bound, and a megabyte JSON-RPC id comes back whole in the answer. Here
+stdin is read a bounded line at a time: a line over limits.MAX_REQUEST_BYTES is skipped to its
+newline (never held whole), and a message breaking limits.request_problem (id, progress token,
+method, tool name) is answered with a JSON-RPC "Invalid Request" with a null id, as over
+HTTP; every other line goes to mcp's own reader unchanged. `serve(mcp)` runs a FastMCP server
+on it; fastmcp's stdio runner is used as it is, with only its `stdio_server` swapped.
+
+Layer: transport, below server.py (which calls `serve`), above limits.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import BinaryIO
+
+import anyio
+import anyio.to_thread
+
+import limits
+
+TOO_LONG = object()  # what _read_line returns for a line over the bound (already skipped)
+
+
+class BoundedStdin:
+    """stdin as the text lines mcp's reader iterates over, each within MAX_REQUEST_BYTES."""
+
+    def __init__(self, buffer: BinaryIO, limit: int = limits.MAX_REQUEST_BYTES) -> None:
+        self.buffer = buffer
+        self.limit = limit
+        self.replies: Callable | None = None  # sends a refusal; set once the streams exist
+        self.ready = anyio.Event()
+
+    def __aiter__(self) -> BoundedStdin:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            line = await anyio.to_thread.run_sync(self._read_line, abandon_on_cancel=True)
+            if line is None:
+                raise StopAsyncIteration
+            if line is TOO_LONG:
+                await self._refuse(f"the request is more than {self.limit:,} bytes, the limit")
+                continue
+            problem = limits.message_problem(line)
+            if problem is None:
+                return line.decode("utf-8", errors="replace")
+            await self._refuse(problem)
+
+    def _read_line(self) -> bytes | object | None:
+        """The next line (None at the end of input), or TOO_LONG once a line over the limit
+        has been read past: at most `limit` bytes are held at any time."""
+        line = self.buffer.readline(self.limit + 1)
+        if not line:
+            return None
+        if len(line) <= self.limit or line.endswith(b"\n"):  # the newline may be byte limit+1
+            return line
+        while line and not line.endswith(b"\n"):
+            line = self.buffer.readline(self.limit)
+        return TOO_LONG
+
+    async def _refuse(self, problem: str) -> None:
+        """Answer a refused line with mcp's own JSON-RPC error message type."""
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
+        await self.ready.wait()
+        error = mcp_types.jsonrpc_message_adapter.validate_python(limits.invalid_request(problem))
+        await self.replies(SessionMessage(error))
+
+
+def _stdin_buffer() -> BinaryIO:
+    """fd 0 for the wire, claimed the way mcp claims it (fd 0 then points at the null device,
+    so a child process or handler reading stdin gets EOF instead of protocol bytes); stdin's
+    own buffer where this mcp has no such claim."""
+    from mcp.server import stdio
+
+    claim = getattr(stdio, "_claim_fd", None)
+    opener = getattr(stdio, "_open_stdin_diversion", None)
+    if claim is None or opener is None:
+        return sys.stdin.buffer
+    buffer, _release = claim(0, sys.stdin, "rb", opener)
+    return buffer
+
+
+@asynccontextmanager
+async def bounded_stdio_server(*_args, **_kwargs) -> AsyncIterator[tuple]:
+    """mcp's stdio_server over BoundedStdin: the same streams, stdout claimed by mcp."""
+    from mcp.server.stdio import stdio_server
+
+    stdin = BoundedStdin(_stdin_buffer())
+    async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+        stdin.replies = write_stream.send
+        stdin.ready.set()
+        yield read_stream, write_stream
+
+
+def serve(mcp) -> None:
+    """Run a FastMCP server over the bounded stdio transport (blocks until stdin closes)."""
+    from fastmcp.server.mixins import transport
+
+    transport.stdio_server = bounded_stdio_server
+    mcp.run("stdio", show_banner=False)
