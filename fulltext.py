@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 
 from fulltext_schema import FILENAME as FILENAME
 from fulltext_schema import SCHEMA_VERSION as SCHEMA_VERSION
+from fulltext_schema import IndexUnavailable as IndexUnavailable
 from fulltext_schema import SchemaError as SchemaError
 from fulltext_schema import connect as connect
 

@@ -2,8 +2,9 @@
 
 `connect(path)` opens the index writable (WAL) and migrates it, each migration in its own
 `BEGIN IMMEDIATE ... COMMIT` (schema version in `PRAGMA user_version`); `connect(path,
-readonly=True)` is the server's: read-only, falling back to `immutable` on a folder nobody can
-write, never migrating. fulltext.py holds what is written and read through the connection.
+readonly=True)` is the server's: read-only, falling back to `immutable` only on a folder nobody
+can write (a busy index in a writable folder raises IndexUnavailable), never migrating.
+fulltext.py holds what is written and read through the connection.
 
 Layer: storage: the SQLite record's schema, below fulltext.py.
 """
@@ -11,7 +12,10 @@ Layer: storage: the SQLite record's schema, below fulltext.py.
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from pathlib import Path, PurePath, PureWindowsPath
+
+import limits
 
 # ---------------------------------------------------------------------------
 SCHEMA_VERSION = 9
@@ -24,6 +28,17 @@ LINE_END = "\x01\x01"  # what lines_fts indexes after each line (see _m006_line_
 
 class SchemaError(RuntimeError):
     """The file was written by a newer linecite, or is not a linecite index."""
+
+
+class IndexUnavailable(RuntimeError):
+    """A read-only open failed in a folder that can be written: the index is in use or held
+    by another program, not damaged, so the fix is to wait or close that program."""
+
+    def __init__(self, path: Path, err: sqlite3.OperationalError) -> None:
+        super().__init__(
+            f"{path} cannot be opened for reading ({err}): another program holds it (an "
+            f"indexer that keeps an exclusive lock, a backup or antivirus scan). The index is "
+            f"not damaged: wait for that program or close it, then retry")
 
 
 # ---------------------------------------------------------------------------
@@ -207,19 +222,35 @@ def sqlite_uri(path: PurePath) -> str:
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:
-    """A read-only connection; on a folder the user cannot write (a read-only share, a copied
+    """A read-only connection; on a folder nobody can write (a read-only share, a mounted
     backup) WAL cannot make its -shm file, so the index is opened `immutable` instead: it is
-    then read as it is on disk, which is right for a folder nobody can write either."""
+    then read as it is on disk, which is right for a folder nobody can write either. In a
+    folder that can be written, a failed open (another program holding a lock, an antivirus
+    scan) is reported, never read `immutable`: SQLite leaves a live WAL index read that way
+    undefined (a stale or torn snapshot)."""
     if not path.exists():
         raise FileNotFoundError(f"no index at {path}; run `python ingest.py FILE` first")
     uri = sqlite_uri(path.resolve())
-    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False,
+                           timeout=limits.INDEX_BUSY_WAIT_S)  # waits out a short lock
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError:  # unable to open: no -shm can be made beside it
+    except sqlite3.OperationalError as err:
         conn.close()
+        if _folder_writable(path.parent):
+            raise IndexUnavailable(path, err) from None
     return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
+def _folder_writable(folder: Path) -> bool:
+    """Whether a file can be made in `folder`: asked of the folder itself (a temporary file,
+    removed at once), since permission bits say nothing of a read-only share or mount."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:

@@ -142,7 +142,7 @@ class Library:
                                     f"files with `python ingest.py FILE --kb {kb_id}`")
                 try:
                     conn = fulltext.connect(kb.fulltext_path, readonly=True)
-                except fulltext.SchemaError as err:
+                except (fulltext.SchemaError, fulltext.IndexUnavailable) as err:
                     raise UserError(str(err)) from None
                 except sqlite3.DatabaseError as err:
                     if not is_damage(err):

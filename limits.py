@@ -31,6 +31,7 @@ NAME_ESCAPED = ("\x00-\x1f\x7f-\x9f"  # C0, DEL, C1: line breaks and terminal co
                 "\u2028\u2029\ud800-\udfff")  # line separators; lone surrogates (bytes)
 MAX_POSITION = 1_000_000_000  # a page, line or character number, an offset into a list
 # (ten times the most text one file yields by default; SQLite's integers end at 2**63)
+INDEX_BUSY_WAIT_S = 5.0  # a server's read-only open waits this long for a lock to clear
 MAX_TOP_K = 50  # hits one search returns
 MAX_REQUEST_BYTES = 256 * 1024  # one HTTP request body: a 4,096-character path written as
 # 12-byte JSON escapes fits five times over

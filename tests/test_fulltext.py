@@ -7,6 +7,7 @@ import pytest
 import chunking
 import fulltext
 import fulltext_schema
+import limits
 
 
 def src(name: str, sha: str = "h1") -> fulltext.SourceFile:
@@ -172,6 +173,26 @@ def test_readonly_connection_reads_but_cannot_write(tmp_path, conn):
     assert fulltext.page_lines(ro, "a.txt", 1) == [(1, "alpha")]
     with pytest.raises(sqlite3.OperationalError):
         ro.execute("DELETE FROM sources")
+    ro.close()
+
+
+def test_a_locked_index_is_reported_busy_never_read_immutable(tmp_path, monkeypatch, conn):
+    # regression: any error of the first read opened the index `immutable=1`, a busy lock in
+    # a writable folder too, where SQLite leaves a live WAL file's reads undefined: the server
+    # answered from the main file alone (here without b.txt, still only in the WAL) and a
+    # later error told the user to rebuild an index that was fine
+    monkeypatch.setattr(limits, "INDEX_BUSY_WAIT_S", 0.2, raising=False)  # old main lacks it
+    add(conn, "a.txt", [["alpha"]])
+    conn.execute("PRAGMA wal_autocheckpoint = 0")  # b.txt stays in the WAL file
+    conn.execute("PRAGMA locking_mode = EXCLUSIVE")  # as an indexer holding the index
+    add(conn, "b.txt", [["beta"]])
+    path = tmp_path / fulltext.FILENAME
+    with pytest.raises(fulltext.IndexUnavailable, match="not damaged: wait") as caught:
+        fulltext.connect(path, readonly=True)
+    assert not isinstance(caught.value, sqlite3.DatabaseError)  # so never `is_damage`
+    conn.close()  # the lock is released
+    ro = fulltext.connect(path, readonly=True)
+    assert fulltext.page_lines(ro, "b.txt", 1) == [(1, "beta")]
     ro.close()
 
 
