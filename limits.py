@@ -183,8 +183,15 @@ def message_problem(body: bytes) -> str | None:
     return next(filter(None, map(request_problem, messages)), None)
 
 
-def invalid_request(problem: str) -> dict:
-    """The JSON-RPC error for a request refused before any work; its id is null, never the
-    request's own, which may be what broke the bound."""
-    return {"jsonrpc": "2.0", "id": None,
+def oversize_problem() -> str:
+    """Why a request over MAX_REQUEST_BYTES is refused, with the bounds an agent most likely
+    broke (a whole document sent as a query)."""
+    return (f"the request is more than {MAX_REQUEST_BYTES:,} bytes, the limit; a search query "
+            f"holds at most {MAX_QUERY_CHARS:,} characters and a path {MAX_PATH_CHARS:,}")
+
+
+def invalid_request(problem: str, request_id: int | str | None = None) -> dict:
+    """The JSON-RPC error for a request refused before any work. Its id is null unless the
+    caller read a bounded one (never an id that itself broke the bound)."""
+    return {"jsonrpc": "2.0", "id": request_id,
             "error": {"code": -32600, "message": f"Invalid Request: {problem}."}}

@@ -403,8 +403,7 @@ class BoundedRequests:
             return
         body = await read_body(receive, limits.MAX_REQUEST_BYTES)
         if body is None:
-            refusal = jsonrpc_refusal(413, f"the request body is more than "
-                                           f"{limits.MAX_REQUEST_BYTES:,} bytes, the limit")
+            refusal = jsonrpc_refusal(413, limits.oversize_problem())
             await refusal(scope, receive, send)
             return
         problem = limits.message_problem(body)

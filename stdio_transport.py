@@ -5,7 +5,9 @@ newline grows without bound, and a megabyte JSON-RPC id comes back whole in the 
 stdin is read a bounded line at a time: a line over limits.MAX_REQUEST_BYTES is skipped to its
 newline (never held whole), and a message breaking limits.request_problem (id, progress token,
 method, tool name) is answered with a JSON-RPC "Invalid Request" with a null id, as over
-HTTP; every other line goes to mcp's own reader unchanged. `serve(mcp)` runs a FastMCP server
+HTTP. An over-long line's answer carries its id when the line's head names one before its
+params (as every client writes them), so the agent sees why instead of waiting for a timeout.
+Every other line goes to mcp's own reader unchanged. `serve(mcp)` runs a FastMCP server
 on it; fastmcp's stdio runner is used as it is, with only its `stdio_server` swapped.
 
 Layer: transport, below server.py (which calls `serve`), above limits.py.
@@ -13,6 +15,8 @@ Layer: transport, below server.py (which calls `serve`), above limits.py.
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -23,7 +27,20 @@ import anyio.to_thread
 
 import limits
 
-TOO_LONG = object()  # what _read_line returns for a line over the bound (already skipped)
+HEAD_BYTES = 1024  # of an over-long line, kept to find its id
+_HEAD_ID = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")')
+
+
+class TooLong:
+    """A line over the bound, already read past; only its first HEAD_BYTES are kept."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head = head
+
+    def request_id(self) -> int | str | None:
+        """The id the head names before any params, or None."""
+        found = _HEAD_ID.search(self.head.split(b'"params"', 1)[0])
+        return json.loads(found.group(1)) if found else None
 
 
 class BoundedStdin:
@@ -43,33 +60,35 @@ class BoundedStdin:
             line = await anyio.to_thread.run_sync(self._read_line, abandon_on_cancel=True)
             if line is None:
                 raise StopAsyncIteration
-            if line is TOO_LONG:
-                await self._refuse(f"the request is more than {self.limit:,} bytes, the limit")
+            if isinstance(line, TooLong):
+                await self._refuse(limits.oversize_problem(), line.request_id())
                 continue
             problem = limits.message_problem(line)
             if problem is None:
                 return line.decode("utf-8", errors="replace")
             await self._refuse(problem)
 
-    def _read_line(self) -> bytes | object | None:
-        """The next line (None at the end of input), or TOO_LONG once a line over the limit
+    def _read_line(self) -> bytes | TooLong | None:
+        """The next line (None at the end of input), or TooLong once a line over the limit
         has been read past: at most `limit` bytes are held at any time."""
         line = self.buffer.readline(self.limit + 1)
         if not line:
             return None
         if len(line) <= self.limit or line.endswith(b"\n"):  # the newline may be byte limit+1
             return line
+        head = line[:HEAD_BYTES]
         while line and not line.endswith(b"\n"):
             line = self.buffer.readline(self.limit)
-        return TOO_LONG
+        return TooLong(head)
 
-    async def _refuse(self, problem: str) -> None:
+    async def _refuse(self, problem: str, request_id: int | str | None = None) -> None:
         """Answer a refused line with mcp's own JSON-RPC error message type."""
         import mcp_types
         from mcp.shared.message import SessionMessage
 
         await self.ready.wait()
-        error = mcp_types.jsonrpc_message_adapter.validate_python(limits.invalid_request(problem))
+        error = mcp_types.jsonrpc_message_adapter.validate_python(
+            limits.invalid_request(problem, request_id))
         await self.replies(SessionMessage(error))
 
 

@@ -46,7 +46,7 @@ import search
 import segment
 
 # -----------------------------------------------------------------------------
-EVAL = Path(__file__).resolve().parent.parent / "shared" / "eval"  # the team's eval sets
+EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"  # the team's eval sets
 SETS = {  # name -> (BEIR folder, qrels file of dev, of test; None = a hash half of one file)
     "scifact": (EVAL / "en" / "beir-scifact", "train.tsv", "test.tsv"),
     "autorag-ko": (EVAL / "ko" / "autorag-allganize-ko" / "beir", None, "test.tsv"),

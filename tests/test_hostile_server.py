@@ -21,6 +21,7 @@ import pytest_asyncio
 from conftest import call, clean_env, tool_error
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
+from mcp.shared.exceptions import MCPError
 
 import kb as kbmod
 import limits
@@ -114,12 +115,18 @@ def server_rss(base: Path) -> int:
 async def test_a_megabyte_query_is_refused_with_the_bound(stdio, base, mode):
     # regression: a 1 MB exact query took 23 GB and the kernel killed the server; in vector
     # mode numpy asked for 4.8 GB and the agent read numpy's error
+    # over stdio the transport refuses the 1 MB line at MAX_REQUEST_BYTES, before any parse,
+    # answering the request's own id with the bound the agent broke
     before = server_rss(base)
-    text = await tool_error(stdio, "search", query="deploy " * 150_000, search_mode=mode,
-                            kb_id="docs")
+    with pytest.raises(MCPError) as refused:
+        await stdio.call_tool("search", {"query": "deploy " * 150_000, "search_mode": mode,
+                                         "kb_id": "docs"})
+    text = str(refused.value)
     assert f"{limits.MAX_QUERY_CHARS:,}" in text and "query" in text, text
     assert len(text) < 500  # the refused query is not echoed back
     assert server_rss(base) - before < 50 * 2**20
+    found = await call(stdio, "search", query="zanzibar", search_mode=mode, kb_id="docs")
+    assert "hits" in found  # the same session goes on
 
 
 @module_loop
