@@ -1,0 +1,258 @@
+"""The soak of issue 25: a folder of real corpus files is edited, renamed, deleted and
+restored, config.json changes twice, the embedder server stops and starts, and one indexer is
+killed (kill -9), while a stdio server answers searches. At the end the index equals a clean
+rebuild of the final folder, with no tool error and no answer slower than 3 s.
+
+Real parts: the real `server.py` over stdio (fastmcp Client), real `ingest.py` runs, real
+SQLite and embedded Chroma, an OpenAI-speaking embedder on 127.0.0.1 (tests/test_embedders.py).
+LINECITE_SOAK_SECONDS sets how long the schedule runs (default 45, CI's budget);
+LINECITE_SOAK_SEED replays one schedule (the seed is printed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import sqlite3
+import threading
+import time
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from conftest import call, shared_path
+from test_bm25_index import assert_same_as_fts5
+from test_config_reload import edit_config, served
+from test_consistency import cli, make_kb
+from test_embedders import KEYS, MODELS, Provider
+from test_server import ingest_cli
+
+import chroma_store
+import fulltext
+import ingest
+import kb as kbmod
+
+SECONDS = float(os.environ.get("LINECITE_SOAK_SECONDS", "45"))
+SEED = int(os.environ.get("LINECITE_SOAK_SEED", "2025"))
+SLOWEST = 3.0  # seconds: no search answer may take longer
+FILES = ["md/en/docugami_KG-RAG_README.md", "md/zh/cmrc2018_README_CN.md",
+         "legacy/textract/expected_doc_raw_text.txt", "docx/docx2python/zen_of_python.docx",
+         "docx/unstructured/eng_spa_mult.docx", "docx/zh/ChocolateFactory.docx"]
+TEXTS = (".md", ".txt")  # the files an edit appends a line to
+QUERIES = ["knowledge graph", "阅读理解", "python beautiful", "chocolate", "the"]
+CONFIG_CHANGES = [{"search": {"vectorWeight": 0.3}}, {"search": {"fusion": "rrf"}}]
+
+
+class Embedder:
+    """The OpenAI-speaking fake, stoppable and restartable on the same port (so the URL in
+    config.json stays right)."""
+
+    def __init__(self) -> None:
+        self.api = Provider("openai")
+        self.port = self.api.server.server_address[1]
+        self.up = True
+
+    def stop(self) -> None:
+        self.api.close()
+        self.up = False
+
+    def start(self) -> None:
+        self.api.server = ThreadingHTTPServer(("127.0.0.1", self.port), self.api._handler())
+        threading.Thread(target=self.api.server.serve_forever, daemon=True).start()
+        self.up = True
+
+
+class Folder:
+    """The watched folder: real corpus files, changed the way a user changes them."""
+
+    def __init__(self, docs: Path, rng: random.Random) -> None:
+        self.docs, self.rng = docs, rng
+        self.originals = {Path(f).name: shared_path("corpus", f) for f in FILES}
+        self.edits = 0
+        docs.mkdir()
+        for name, source in self.originals.items():
+            shutil.copyfile(source, docs / name)
+
+    def change(self) -> str:
+        """One random edit, rename, delete or restore; says which, for the log."""
+        present = sorted(p.name for p in self.docs.iterdir())
+        missing = sorted(set(self.originals) - {p.split("~")[0] for p in present})
+        action = self.rng.choice(["edit", "rename", "delete", "restore"] if missing
+                                 else ["edit", "rename", "delete"])
+        if action == "restore":
+            name = self.rng.choice(missing)
+            shutil.copyfile(self.originals[name], self.docs / name)
+            return f"restore {name}"
+        name = self.rng.choice(present)
+        path = self.docs / name
+        if action == "edit" and path.suffix in TEXTS:
+            self.edits += 1
+            with path.open("a", encoding="utf-8") as out:
+                out.write(f"\nSoak edit {self.edits}: the harbour crane logbook.\n")
+            return f"edit {name}"
+        if action in ("edit", "rename"):  # a binary file is 'edited' by renaming it
+            stem = name.split("~")[0]
+            renamed = self.docs / (f"{stem}~{self.rng.randrange(100)}{path.suffix}"
+                                   if "~" not in name else stem)
+            path.rename(renamed)
+            return f"rename {name} -> {renamed.name}"
+        path.unlink()
+        return f"delete {name}"
+
+
+async def keep_searching(client, stop: asyncio.Event, tally: dict) -> None:
+    """Auto searches until told to stop; every tool error and every latency recorded."""
+    n = 0
+    while not stop.is_set():
+        query = QUERIES[n % len(QUERIES)]
+        n += 1
+        started = time.monotonic()
+        try:
+            found = await call(client, "search", query=query, search_mode="auto")
+            tally["degraded"] += "degraded" in found
+        except Exception as err:  # every failure is counted and shown, none is hidden
+            tally["errors"].append(f"{query}: {type(err).__name__}: {err}"[:300])
+        tally["latencies"].append(time.monotonic() - started)
+        await asyncio.sleep(0.1)
+
+
+async def index(base: Path) -> int:
+    """One indexer run to its end; its exit code (a run may fail while the embedder is down)."""
+    proc = cli(base, "--kb", "docs")
+    await asyncio.to_thread(proc.communicate, timeout=300)
+    return proc.returncode
+
+
+async def index_and_kill(base: Path) -> None:
+    """An indexer killed (kill -9) right after its first commit."""
+    proc = cli(base, "--kb", "docs", **{ingest.PAUSE_ENV: "after-commit"})
+
+    def wait_for_pause() -> None:
+        for line in proc.stderr:
+            if b"paused at" in line:
+                return
+
+    try:
+        await asyncio.wait_for(asyncio.to_thread(wait_for_pause), timeout=120)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def schedule(rng: random.Random, steps: int) -> dict[int, str]:
+    """At which steps the one-off events happen: two config changes, the embedder down then
+    up again, one killed indexer; the other steps only change files."""
+    events = ["config", "config", "embedder-down", "kill"]
+    at = sorted(rng.sample(range(steps - 1), len(events)))
+    plan = dict(zip(at, events, strict=True))
+    down = at[events.index("embedder-down")]
+    up = rng.randrange(down + 1, steps)
+    plan[up] = "embedder-up" if up not in plan else plan[up]  # else it comes up at the end
+    return plan
+
+
+def chunk_rows(kb: kbmod.KnowledgeBase) -> tuple[dict, list]:
+    """The index's sources (name -> state) and every chunk (source, page, lines, text)."""
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        sources = dict(conn.execute("SELECT name, state FROM sources").fetchall())
+        chunks = conn.execute("SELECT s.name, c.page, c.line_start, c.line_end, c.text"
+                              " FROM chunks c JOIN sources s ON s.id = c.source_id"
+                              " ORDER BY s.name, c.page, c.line_start, c.line_end").fetchall()
+        return sources, [tuple(r) for r in chunks]
+    finally:
+        conn.close()
+
+
+def assert_store_matches_sqlite(kb: kbmod.KnowledgeBase) -> None:
+    """Every chunk embedded once: Chroma's ids are SQLite's chunk ids, none twice, none left."""
+    store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(kb.embedding),
+                                     readonly=True)
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        ids = store.all_ids()
+        assert store.count() == len(ids)
+        assert ids == fulltext.indexed_chunk_ids(conn) == fulltext.all_chunk_ids(conn)
+        assert fulltext.counts(conn)["pending"] == 0 and not fulltext.tombstones(conn)
+        assert_same_as_fts5(conn, QUERIES)
+    finally:
+        conn.close()
+        store.close()
+
+
+def rebuild(base: Path, tmp_path: Path) -> kbmod.KnowledgeBase:
+    """A fresh KB following the same folder with the same config.json, built by the CLI."""
+    fresh = tmp_path / "fresh"
+    kbmod.open_or_create(fresh, "docs")
+    shutil.copyfile(base / "docs" / "config.json", fresh / "docs" / "config.json")
+    ingest_cli("--kb", "docs", base=fresh)
+    return kbmod.load(fresh, "docs")
+
+
+@pytest.mark.slow
+async def test_the_index_after_a_soak_equals_a_clean_rebuild(tmp_path, monkeypatch):
+    rng = random.Random(SEED)
+    print(f"\nsoak: LINECITE_SOAK_SEED={SEED} LINECITE_SOAK_SECONDS={SECONDS:g}")
+    env, key = KEYS["openai"]
+    monkeypatch.setenv(env, key)
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    folder = Folder(docs, rng)
+    embedder = Embedder()
+    make_kb(base, "docs", [docs])
+    edit_config(base, embedding={"provider": "openai", "baseUrl": embedder.api.url,
+                                 "model": MODELS["openai"], "apiKeyPreset": "OpenAI"})
+    ingest_cli("--kb", "docs", base=base)
+    steps = max(6, int(SECONDS / 6))  # one step ~ a change and an indexer run
+    plan = schedule(rng, steps)
+    log: list[str] = []
+    tally = {"errors": [], "latencies": [], "degraded": 0}
+    stop = asyncio.Event()
+    started = time.monotonic()
+    try:
+        async with served(base) as client:
+            worker = asyncio.create_task(keep_searching(client, stop, tally))
+            step = 0
+            while step < steps or time.monotonic() - started < SECONDS:
+                for _ in range(rng.randint(1, 2)):
+                    log.append(folder.change())
+                event = plan.get(step)
+                if event == "config":
+                    edit_config(base, **CONFIG_CHANGES.pop(0))
+                elif event == "embedder-down":
+                    embedder.stop()
+                elif event == "embedder-up":
+                    embedder.start()
+                if event:
+                    log.append(event)
+                if event == "kill":
+                    await index_and_kill(base)
+                else:
+                    log.append(f"indexer exit {await index(base)}")
+                step += 1
+            if not embedder.up:
+                embedder.start()
+                log.append("embedder-up")
+            assert await index(base) == 0
+            stop.set()
+            await worker
+            info = await call(client, "get_index_info", kb_id="docs")
+        fresh = rebuild(base, tmp_path)
+    finally:
+        stop.set()
+        if embedder.up:
+            embedder.api.close()
+    print(json.dumps({"seed": SEED, "steps": step, "seconds": round(time.monotonic() - started),
+                      "searches": len(tally["latencies"]), "degraded": tally["degraded"],
+                      "slowest": round(max(tally["latencies"]), 2), "schedule": log},
+                     ensure_ascii=False, indent=1))
+    assert not CONFIG_CHANGES and "kill" in log
+    soaked = kbmod.load(base, "docs")
+    assert info["status"] == "idle", info
+    assert chunk_rows(soaked) == chunk_rows(fresh)
+    assert_store_matches_sqlite(soaked)
+    assert tally["errors"] == [], f"seed {SEED}: {tally['errors']}"
+    assert max(tally["latencies"]) < SLOWEST, f"seed {SEED}: slowest {max(tally['latencies'])}"
