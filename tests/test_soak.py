@@ -151,8 +151,8 @@ async def index(base: Path) -> int:
     return proc.returncode
 
 
-async def index_and_kill(base: Path) -> None:
-    """An indexer killed (kill -9) right after its first commit."""
+async def index_and_kill(base: Path) -> bool:
+    """An indexer killed (kill -9) right after its first commit; False if it never paused."""
     proc = cli(base, "--kb", "docs", **{ingest.PAUSE_ENV: "after-commit"})
 
     def wait_for_pause() -> None:
@@ -162,6 +162,7 @@ async def index_and_kill(base: Path) -> None:
 
     try:
         await asyncio.wait_for(asyncio.to_thread(wait_for_pause), timeout=120)
+        return proc.poll() is None
     finally:
         proc.kill()
         proc.wait(timeout=30)
@@ -262,7 +263,7 @@ async def test_the_index_after_a_soak_equals_a_clean_rebuild(tmp_path, monkeypat
                 elif event == "embedder-up":
                     embedder.start()
                 if event == "kill":
-                    await index_and_kill(base)
+                    log.append(f"killed: {await index_and_kill(base)}")
                 else:
                     log.append(f"indexer exit {await index(base)}")
                 step += 1
@@ -285,7 +286,7 @@ async def test_the_index_after_a_soak_equals_a_clean_rebuild(tmp_path, monkeypat
                       "searches": len(tally["latencies"]), "degraded": tally["degraded"],
                       "slowest": round(max(tally["latencies"]), 2), "schedule": log},
                      ensure_ascii=False, indent=1))
-    assert not changes and "kill" in log
+    assert not changes and "killed: True" in log
     assert any(r["body"].get("dimensions") == DIMENSION for r in embedder.api.requests)
     soaked = kbmod.load(base, "docs")
     assert info["status"] == "idle", info
