@@ -246,7 +246,7 @@ async def test_the_index_after_a_soak_equals_a_clean_rebuild(tmp_path, monkeypat
     try:
         async with served(base) as client:
             worker = asyncio.create_task(keep_searching(client, stop, tally))
-            step = 0
+            step, kill_due = 0, False
             while step < steps or time.monotonic() - started < SECONDS:
                 for _ in range(rng.randint(1, 2)):
                     log.append(folder.change())
@@ -262,14 +262,19 @@ async def test_the_index_after_a_soak_equals_a_clean_rebuild(tmp_path, monkeypat
                     embedder.stop()
                 elif event == "embedder-up":
                     embedder.start()
-                if event == "kill":
-                    log.append(f"killed: {await index_and_kill(base)}")
+                kill_due = kill_due or event == "kill"
+                if kill_due:  # a run that fails before its first commit (embedder down) is
+                    kill_due = not await index_and_kill(base)  # not killed: the next one is
+                    log.append(f"killed: {not kill_due}")
                 else:
                     log.append(f"indexer exit {await index(base)}")
                 step += 1
             if not embedder.up:
                 embedder.start()
                 log.append("embedder-up")
+            if kill_due:
+                log.append(folder.change())
+                log.append(f"killed: {await index_and_kill(base)}")
             assert await index(base) == 0
             stop.set()
             await worker
