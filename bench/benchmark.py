@@ -335,7 +335,8 @@ def _time_one(engine, path: Path) -> dict:
 def _audio_run(model: str, files: list[Path], threads: int) -> tuple[int, list[dict]]:
     """(peak RSS bytes, [load record, one record per file]) of one child process."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "LINECITE_AUDIO_THREADS": str(threads)}
-    code = "import sys, benchmark; benchmark._transcribe_each(sys.argv[1], sys.argv[2:])"
+    code = ("import sys; from bench import benchmark; "
+            "benchmark._transcribe_each(sys.argv[1], sys.argv[2:])")
     _, peak, out = _measured_run(["-c", code, model, *map(str, files)], env)
     return peak, [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
