@@ -421,7 +421,6 @@ class Library:
         """Index one file. A refused call changes nothing on disk: an agent's typo in kb_id
         must not leave a new KB behind (with two KBs, every call without kb_id would fail)."""
         import ingest
-        import run_status
 
         check_text(path, "path", limits.MAX_PATH_CHARS)
         limits.check_name(source_name, "source_name")
