@@ -40,6 +40,7 @@ import atomic
 import chroma_store
 import chunking
 import fulltext
+import hits
 import ingest
 import kb as kbmod
 import search
@@ -108,12 +109,12 @@ def page_qrels(path: Path, split: str) -> Qrels:
     return qrels
 
 
-def page_key(hit: search.Hit) -> str:
+def page_key(hit: hits.Hit) -> str:
     """A hit as FinanceBench names its evidence: file stem and 0-based page."""
     return f"{Path(hit.source).stem}#{hit.page - 1}"
 
 
-def source_key(hit: search.Hit) -> str:
+def source_key(hit: hits.Hit) -> str:
     return hit.source
 
 
@@ -243,7 +244,7 @@ class CachedEmbeddings:
 
 
 def ranked(searcher: search.Searcher, query: str, kwargs: dict,
-           key: Callable[[search.Hit], str]) -> list[str]:
+           key: Callable[[hits.Hit], str]) -> list[str]:
     """Documents (or pages) in the order of their first hit."""
     return list(dict.fromkeys(map(key, searcher.search(query, HITS, **kwargs))))
 
@@ -259,7 +260,7 @@ def recall(ranking: list[str], relevant: dict[str, int]) -> float:
 
 
 def evaluate(searcher: search.Searcher, queries: dict[str, str], qrels: Qrels,
-             key: Callable[[search.Hit], str] = source_key,
+             key: Callable[[hits.Hit], str] = source_key,
              methods: dict[str, dict] = METHODS) -> dict[str, list[tuple[float, float]]]:
     """Per method, (nDCG@10, recall@10) of every query, in qrels order."""
     scores: dict[str, list[tuple[float, float]]] = {name: [] for name in methods}

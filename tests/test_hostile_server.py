@@ -23,9 +23,9 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from mcp.shared.exceptions import MCPError
 
+import hits as hitsmod
 import kb as kbmod
 import limits
-import search
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -407,11 +407,11 @@ async def test_read_range_of_a_failed_source_says_why(stdio):
 def test_hits_that_grow_into_each_other_merge():
     # regression: hits on one page could share a line (1-117 and 117-131): a kept hit grew
     # after the other had been added
-    def hit(first: int, last: int, chunk: str, rank: int) -> search.Hit:
-        return search.Hit(chunk, "a.txt", 1, first, last, "", 1.0, {"bm25": rank}, [chunk])
+    def hit(first: int, last: int, chunk: str, rank: int) -> hitsmod.Hit:
+        return hitsmod.Hit(chunk, "a.txt", 1, first, last, "", 1.0, {"bm25": rank}, [chunk])
 
-    hits = [hit(1, 100, "a", 1), hit(117, 131, "b", 2)]
-    assert search._merge_into(hits, hit(90, 117, "c", 3))
-    assert [(h.line_start, h.line_end, h.chunk_ids, h.ranks) for h in hits] == \
+    kept = [hit(1, 100, "a", 1), hit(117, 131, "b", 2)]
+    assert hitsmod.merge_into(kept, hit(90, 117, "c", 3))
+    assert [(h.line_start, h.line_end, h.chunk_ids, h.ranks) for h in kept] == \
         [(1, 131, ["a", "c", "b"], {"bm25": 1})]
-    assert not search._merge_into(hits, hit(140, 150, "d", 4))
+    assert not hitsmod.merge_into(kept, hit(140, 150, "d", 4))
