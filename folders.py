@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import fulltext
+import ignores
 import limits
 import paths
 
@@ -58,8 +59,8 @@ class SyncPlan:
 
 
 def discover(targets: list[Path], source_name: str | None = None,
-             skipped: list[dict] | None = None,
-             unlisted: list[Path] | None = None) -> Iterator[tuple[Path, str]]:
+             skipped: list[dict] | None = None, unlisted: list[Path] | None = None,
+             gitignore: bool = True, screen: bool = True) -> Iterator[tuple[Path, str]]:
     """(file, source name) for each file to index: a file as named, a folder's files recursively.
 
     A folder's files are named `<prefix>/<relative path>` so two folders' `README.md` differ;
@@ -67,6 +68,10 @@ def discover(targets: list[Path], source_name: str | None = None,
     Links that lead out of the folder are not followed; they go to `skipped`, and so do the
     folders that could not be listed, which also go to `unlisted`. Given `unlisted`, every
     target is a folder (a KB's sourcePaths): one that is missing is unavailable, not a file.
+    A folder's .gitignore files are honoured unless `gitignore` is False, and its vendored,
+    build, generated and binary files are left out (ignores.py; counted in `skipped`); with
+    `screen` False the content rules (generated, binary) are left to the caller, who then
+    reads only the files it will index (plan_sync). A file named as itself is never screened.
     """
     folders_only = unlisted is not None
     skipped = skipped if skipped is not None else []
@@ -79,7 +84,7 @@ def discover(targets: list[Path], source_name: str | None = None,
             prefix = prefixes.pop(root, None)
             if prefix is None:  # the same folder named twice: its files once
                 continue
-            for path in _files_in(root, prefix, skipped, unlisted):
+            for path in _files_in(root, prefix, skipped, unlisted, gitignore, screen):
                 name = _name(prefix, root, path)
                 if len(name) <= limits.MAX_NAME_CHARS:
                     yield path, name
@@ -121,13 +126,16 @@ def folder_prefixes(roots: list[Path]) -> dict[Path, str]:
     return prefixes
 
 
-def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]) -> list[Path]:
+def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path],
+              gitignore: bool, screen: bool) -> list[Path]:
     """The supported files under `root` (resolved) whose real path lies inside it: the rule
     ingest_file applies, so a link in a synced folder cannot serve /etc/passwd. Linked folders
     (symlinks, junctions) are never descended into: one leading out, or a loop, could reach any
     file, and one leading in only repeats files found where they are. A folder that cannot be
     listed goes to `unlisted` and `skipped`: os.walk dropped it silently, and sync then deleted
-    the sources of an offline share or a locked folder as if its files were gone (issue 25)."""
+    the sources of an offline share or a locked folder as if its files were gone (issue 25).
+    Folders and files that ignores.py leaves out (gitignored, vendored, build output; with
+    `screen`, generated and binary) are counted by reason, not listed one by one."""
     import extract
 
     if not root.is_dir():
@@ -152,7 +160,12 @@ def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]
                                   "until it lists again (fix its permissions, shorten its "
                                   "path or bring its drive online)"})
 
+    notes: list[dict] = []  # ignore files too large to apply
+    rules = {root: ignores.start(root, gitignore, notes)}  # folder -> the rules in force there
+    left_out = ignores.Tally()
     for here, folders, files in os.walk(root, onerror=unlistable):
+        here_rules = rules.pop(Path(here))
+        folders.sort()  # walk order, and so the examples in `skipped`, the same on every run
         for name in list(folders):
             folder = Path(here, name)
             if _not_a_document(folder):
@@ -163,9 +176,17 @@ def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]
                 folders.remove(name)
                 if real is not None:
                     _skip_if_outside(root, prefix, folder, real, skipped)
-        for name in files:
+            elif reason := ignores.folder_reason(folder, here_rules):
+                folders.remove(name)
+                left_out.add(reason, _name(prefix, root, folder, "/"), folder=True)
+            else:
+                rules[folder] = here_rules.below(folder, notes)
+        for name in sorted(files):
             path = Path(here, name)
             if _not_a_document(path):
+                continue
+            if here_rules.ignored(path, is_dir=False):
+                left_out.add("gitignored", _name(prefix, root, path))
                 continue
             if not extract.supported(path):
                 unsupported.setdefault(path.suffix.lower() or "(none)", []).append(
@@ -174,7 +195,7 @@ def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]
             real = _real(path) if path.is_symlink() else path
             if real is None or _skip_if_outside(root, prefix, path, real, skipped):
                 continue
-            if real.is_file():
+            if real.is_file() and not (screen and _screened_out(prefix, root, path, left_out)):
                 found.append(path)
             elif real.exists():  # a FIFO or device would block or never end (issue 34)
                 skipped.append({"path": limits.path_text(path), "name": _name(prefix, root, path),
@@ -184,7 +205,17 @@ def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]
     skipped += [{"reason": "unsupported-format", "extension": extension, "files": len(names),
                  "examples": sorted(names)[:UNSUPPORTED_EXAMPLES]}
                 for extension, names in sorted(unsupported.items())]
+    skipped += notes + left_out.entries()
     return sorted(found)
+
+
+def _screened_out(prefix: str, root: Path, path: Path, left_out: ignores.Tally) -> bool:
+    """Whether a found file's name or first bytes say it is generated or binary (counted in
+    `left_out`)."""
+    reason = ignores.content_reason(path)
+    if reason is not None:
+        left_out.add(reason, _name(prefix, root, path))
+    return reason is not None
 
 
 def _not_a_document(path: Path) -> bool:
@@ -245,22 +276,30 @@ def attachment_sources(sources: Iterable[tuple[str, str | None]]) -> set[str]:
 
 
 def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
-    """Compare the KB's folders with what is indexed; reads files' metadata, calls no model."""
+    """Compare the KB's folders with what is indexed; reads files' metadata, calls no model.
+    Only a file to be indexed (added or modified) has its first bytes read for the content
+    rules (ignores.content_reason): an unchanged one passed them when it was indexed. One that
+    fails them now is not indexed, and its old source is deleted."""
     folders = [Path(p).expanduser().resolve() for p in kb.source_paths]
     plan = SyncPlan()
+    left_out = ignores.Tally()
     seen: set[str] = set()
     seen_paths: set[str] = set()  # os.path.normcase of every file found
     unlisted: list[Path] = []  # folders whose sources stay as they are
-    for path, name in discover(folders, skipped=plan.skipped, unlisted=unlisted):
+    for path, name in discover(folders, skipped=plan.skipped, unlisted=unlisted,
+                               gitignore=kb.respect_gitignore, screen=False):
         seen.add(name)
         seen_paths.add(os.path.normcase(path))
         row = fulltext.source_row(conn, name)
-        if row is None:
-            plan.added.append((path, name))
-        elif force or row["state"] in RETRY_STATES or _changed(row, path):
-            plan.modified.append((path, name))
-        else:
+        if row is not None and not (force or row["state"] in RETRY_STATES or _changed(row, path)):
             plan.unchanged += 1
+        elif reason := ignores.content_reason(path):
+            left_out.add(reason, name)
+            if row is not None:
+                plan.deleted.append(name)
+        else:
+            (plan.added if row is None else plan.modified).append((path, name))
+    plan.skipped += left_out.entries()
     escaped = {entry["name"]: Path(entry["target"]) for entry in plan.skipped
                if entry["reason"] == "outside-folder"}
     sources = fulltext.list_sources(conn)

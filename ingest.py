@@ -525,7 +525,8 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
     folder."""
     limits.check_name(source_name, "source name")
     skipped: list[dict] = []
-    files = list(folders.discover(targets, source_name, skipped))
+    files = list(folders.discover(targets, source_name, skipped,
+                                  gitignore=kb.respect_gitignore))
     _refuse_taken_names(kb, files)
     if inside is None and targets and all(t.is_dir() for t in targets):
         inside = [t.resolve() for t in targets]

@@ -51,6 +51,7 @@ class KnowledgeBase:
     contextualizer: dict = field(default_factory=dict)  # {} = provider none
     audio: dict = field(default_factory=dict)  # {} = faster-whisper, model from the machine
     search: dict = field(default_factory=dict)  # the validated `search` block (fusion)
+    respect_gitignore: bool = True  # folder sync honours .gitignore files (ignores.py)
 
     @property
     def fulltext_path(self) -> Path:
@@ -63,6 +64,8 @@ class KnowledgeBase:
             data["chromaUrl"] = self.chroma_url
         if self.search:
             data["search"] = self.search
+        if not self.respect_gitignore:
+            data["respectGitignore"] = False
         return data
 
 
@@ -110,7 +113,7 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
                          data.get("sourcePaths") or [], embedding, url,
                          data.get("contextualizer") or {}, data.get("audio") or {},
-                         data.get("search") or {})
+                         data.get("search") or {}, data.get("respectGitignore") is not False)
 
 
 def search_settings(kb: KnowledgeBase) -> dict:
@@ -135,6 +138,7 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "audio": (dict, "an object"),
     "chromaUrl": (str, '"http://127.0.0.1:8001"'),
     "search": (dict, '{"fusion": "rrf"}'),
+    "respectGitignore": (bool, "true or false"),
 }
 
 
