@@ -10,7 +10,8 @@ entered, which is git's rule that a file under an excluded folder cannot be re-i
 folders.py walks; this module answers per entry; `Tally` counts what was left out by reason,
 with a few example names, so a 20,000-file `node_modules` costs a counter.
 
-Layer: pipeline: below folders.py (the walk), above formats.base (decode_text).
+Layer: pipeline: below folders.py (the walk), above formats.base (decode_text) and
+safeopen.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import safeopen
 from formats import AUDIO_SUFFIXES, IMAGE_SUFFIXES, TEXT_SUFFIXES
 from formats.base import decode_text
 
@@ -167,7 +169,7 @@ def folder_reason(folder: Path, rules: Ignores) -> str | None:
     name = folder.name.lower()
     if rules.ignored(folder, is_dir=True):
         return "gitignored"
-    if name in VENDORED_FOLDERS or (folder / VENV_MARKER).is_file():
+    if name in VENDORED_FOLDERS or os.path.isfile(folder / VENV_MARKER):
         return "vendored"
     if name in CACHE_FOLDERS or (rules.in_repo and name in REPO_BUILD_FOLDERS):
         return "build-output"
@@ -186,9 +188,9 @@ def content_reason(path: Path) -> str | None:
                                          or name.endswith(MINIFIED_ENDINGS)):
         return "generated"
     try:
-        with open(path, "rb") as file:
-            head = file.read(HEAD_BYTES)
-    except OSError:
+        with safeopen.open_document(path) as opened:  # a FIFO swapped in cannot block it
+            head = opened.file.read(HEAD_BYTES)
+    except OSError:  # safeopen.Refused is one
         return None
     if b"\x00" in head and decode_text(head[: len(head) // 2 * 2]) is None:
         return "binary"
@@ -218,9 +220,9 @@ def _git_dir(folder: Path) -> Path | None:
     """The git directory of a work tree whose top is `folder`: `.git` itself, or where a
     `.git` file (a linked worktree or a submodule) points, its common dir for a worktree."""
     dot = folder / ".git"
-    if dot.is_dir():
+    if os.path.isdir(dot):  # os.path: False, not PermissionError, in a locked folder
         return dot
-    if not dot.is_file():
+    if not os.path.isfile(dot):
         return None
     try:
         with open(dot, encoding="utf-8", errors="replace") as file:
@@ -229,7 +231,7 @@ def _git_dir(folder: Path) -> Path | None:
             return None
         git_dir = folder / text.removeprefix("gitdir:").strip()
         common = git_dir / "commondir"
-        if common.is_file():
+        if os.path.isfile(common):
             git_dir = git_dir / common.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None

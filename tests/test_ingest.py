@@ -194,8 +194,9 @@ def test_bad_inputs_fail_with_reasons_and_leave_indexed_sources_alone(tmp_path):
     (bad / "fine.md").write_text("# Title\n\nA fine note.", encoding="utf-8")
     out = run_cli(str(bad), base=base)
     reasons = {f["source"]: f["reason"] for f in out["failed"]}
-    assert reasons == {"bad/binary.txt": "binary", "bad/empty.txt": "empty",
-                       "bad/fake.pdf": "corrupt"}
+    assert reasons == {"bad/empty.txt": "empty", "bad/fake.pdf": "corrupt"}
+    binary = [s for s in out["skipped"] if s["reason"] == "binary"]  # by content, never read
+    assert [(s["files"], s["examples"]) for s in binary] == [(1, ["bad/binary.txt"])]
     assert out["indexed"] == 1
     missing = run_cli(str(tmp_path / "nope.pdf"), base=base)
     assert [(f["source"], f["reason"]) for f in missing["failed"]] == [("nope.pdf", "not-found")]
