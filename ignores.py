@@ -20,6 +20,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import safeopen
@@ -110,11 +111,22 @@ class Ignores:
     fold: bool = False  # a case-insensitive file system: git's core.ignorecase=true
     respect: bool = True  # the KB's respectGitignore
 
+    @cached_property
+    def any_match(self) -> re.Pattern | None:
+        """Every pattern in one regex: most paths match none, and one alternation in C is ten
+        times cheaper than 150 fullmatch calls from Python (a 20,000-file sync: 1.1 M calls)."""
+        if not self.patterns:
+            return None
+        return re.compile("|".join(f"(?:{p.regex.pattern})" for p in self.patterns),
+                          self.patterns[0].regex.flags)
+
     def ignored(self, path: Path, is_dir: bool) -> bool:
         """Whether git would ignore `path` (its parent folders already checked)."""
-        if not self.patterns:
+        if self.any_match is None:
             return False
         rel = path.relative_to(self.origin).as_posix()  # "/" on Windows too
+        if not self.any_match.fullmatch(rel):
+            return False
         for pattern in reversed(self.patterns):
             if (is_dir or not pattern.folders_only) and pattern.regex.fullmatch(rel):
                 return not pattern.negate
