@@ -3,14 +3,16 @@
 Folder sync's first half, with no model and no write: `discover` lists the documents under
 the KB's folders (links that lead outside a folder, Office lock files, dot files and files
 Windows hides are left out; links out, FIFOs and devices, files of unsupported formats,
-counted by extension, and folders that cannot be listed are reported in `skipped`), names each
+counted by extension, and folders that cannot be listed are reported in `skipped`; what
+ignores.py leaves out, gitignored, vendored, build output, generated and binary, is counted by
+reason there too), names each
 as its source (`<folder>/<relative path>` through limits.source_name, unique per KB by
 construction), and `plan_sync` compares them with fulltext.sqlite3: added, modified (size and
 mtime, then SHA-256), deleted (never a source under a folder that could not be listed). ingest.py
 indexes what the plan says; `check_changes` shows the plan as it is. `file_sha256` is the one
 file hasher (change tests here, the OCR and transcript caches).
 
-Layer: pipeline: what a folder sync would do, above the config layer and extract.py.
+Layer: pipeline: what a folder sync would do, above the config layer, ignores.py and extract.py.
 """
 
 from __future__ import annotations
@@ -195,8 +197,9 @@ def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]
             real = _real(path) if path.is_symlink() else path
             if real is None or _skip_if_outside(root, prefix, path, real, skipped):
                 continue
-            if real.is_file() and not (screen and _screened_out(prefix, root, path, left_out)):
-                found.append(path)
+            if real.is_file():
+                if not (screen and _screened_out(prefix, root, path, left_out)):
+                    found.append(path)
             elif real.exists():  # a FIFO or device would block or never end (issue 34)
                 skipped.append({"path": limits.path_text(path), "name": _name(prefix, root, path),
                                 "reason": "not-a-regular-file",

@@ -214,6 +214,9 @@ def test_vendored_build_and_binary_files_are_counted_by_reason(tmp_path):
     assert reasons["build-output"]["examples"] == ["project/__pycache__/"]
     assert (reasons["binary"]["files"], reasons["binary"]["examples"]) == (
         1, ["project/blob.txt"])
+    walked: list[dict] = []  # ingest's walk screens as it goes: the same reasons, once each
+    list(folders.discover([project], skipped=walked, unlisted=[]))
+    assert [entry["reason"] for entry in walked] == ["binary", "build-output", "vendored"]
 
     (project / ".git").mkdir()  # now a work tree: build/ and vendor/ are what they say
     second = plan(make_kb(tmp_path, [project]))
