@@ -27,6 +27,7 @@ import embedders
 import fulltext
 import fusion
 import limits
+import titles
 
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
@@ -119,7 +120,8 @@ def search_settings(kb: KnowledgeBase) -> dict:
     method = kb.search.get("fusion", fusion.DEFAULT_FUSION)
     weight = kb.search.get("vectorWeight",
                            fusion.default_weight(method, kb.embedding.get("provider")))
-    return {"fusion": method, "vector_weight": weight}
+    return {"fusion": method, "vector_weight": weight,
+            "title_weight": kb.search.get("titleWeight", titles.TITLE_WEIGHT)}
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -244,21 +246,30 @@ def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> Non
     if url is not None and not re.match(r"^https?://[^/\s]+", url):
         raise ConfigError(f"{path}: field '{block_name}.baseUrl' must look like "
                           f"http://host:port, not {url!r}")
+SEARCH_WEIGHTS = {  # search block's 0-1 fields -> what 0 and 1 mean
+    "vectorWeight": ("BM25 only", "vectors only"),
+    "titleWeight": ("file names ignored", "file names only"),
+}
+SEARCH_FIELDS = ("fusion", *SEARCH_WEIGHTS)
+
+
 def _validate_search(block: dict, path: Path) -> None:
-    """Check the `search` block: `fusion` one of fusion.FUSIONS, `vectorWeight` 0-1."""
+    """Check the `search` block: `fusion` one of fusion.FUSIONS, the weights 0-1."""
     for name in block:
-        if name not in ("fusion", "vectorWeight"):
+        if name not in SEARCH_FIELDS:
             raise ConfigError(f"{path}: field 'search.{name}' is not known; known fields: "
-                              "fusion, vectorWeight")
+                              f"{', '.join(SEARCH_FIELDS)}")
     method = block.get("fusion")
     if method is not None and method not in fusion.FUSIONS:
         raise ConfigError(f"{path}: field 'search.fusion' is {method!r}; use one of "
                           f"{', '.join(fusion.FUSIONS)}")
-    weight = block.get("vectorWeight")
-    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
-                               or not 0.0 <= weight <= 1.0):
-        raise ConfigError(f"{path}: field 'search.vectorWeight' must be a number from 0 (BM25 "
-                          f"only) to 1 (vectors only), not {weight!r}")
+    for name, (zero, one) in SEARCH_WEIGHTS.items():
+        weight = block.get(name)
+        if weight is not None and (isinstance(weight, bool) or
+                                   not isinstance(weight, (int, float)) or
+                                   not 0.0 <= weight <= 1.0):
+            raise ConfigError(f"{path}: field 'search.{name}' must be a number from 0 ({zero}) "
+                              f"to 1 ({one}), not {weight!r}")
 
 
 def check_chroma_url(url: str, where: str) -> None:
