@@ -126,7 +126,7 @@ class Searcher:
                 hits.append(hit)
             if len(hits) >= top_k + DIVERSITY_TOP:
                 break
-        return [with_text(self.conn, h) for h in _diversify(hits)[:top_k]]
+        return with_text(self.conn, _diversify(hits)[:top_k], query, self.tokenize)
 
     def _bm25_leg(self, bm25: Mapping[int, float], out: dict[str, Candidate]) -> None:
         for rank, (row, score) in enumerate(fulltext.top_chunks(self.conn, bm25, CANDIDATES), 1):
