@@ -134,7 +134,7 @@ class Searcher:
                 hits.append(hit)
             if len(hits) >= top_k + DIVERSITY_TOP:
                 break
-        return [with_text(self.conn, h) for h in _diversify(hits)[:top_k]]
+        return with_text(self.conn, _diversify(hits)[:top_k], query, self.tokenize)
 
     def _with_titles(self, query: str, tokens: list[str], ranked: list[tuple[Candidate, float]],
                      weight: float) -> list[tuple[Candidate, float]]:
