@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import atomic
+import chat
 import contextualize as ctx
 import embedders
 import fulltext
@@ -192,7 +193,7 @@ def _validate_contextualizer(block: dict, path: Path) -> None:
         raise ConfigError(f"{path}: field 'contextualizer.model' is needed for provider "
                           f"{provider!r}; name the chat model, e.g. {EXAMPLE_LLMS[provider]!r}")
     bounds = {"batchSize": (1, ctx.MAX_BATCH), "concurrency": (1, ctx.MAX_CONCURRENCY),
-              "maxChars": ctx.MAX_CHARS_RANGE, "numCtx": ctx.NUM_CTX_RANGE}
+              "maxChars": ctx.MAX_CHARS_RANGE, "numCtx": chat.NUM_CTX_RANGE}
     for name, (low, high) in bounds.items():
         value = block.get(name)
         if value is not None and not low <= value <= high:
