@@ -22,11 +22,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import atomic
+import chat
 import contextualize as ctx
 import embedders
 import fulltext
 import fusion
 import limits
+import query_expansion as qe
 import titles
 
 # ---------------------------------------------------------------------------
@@ -52,6 +54,7 @@ class KnowledgeBase:
     contextualizer: dict = field(default_factory=dict)  # {} = provider none
     audio: dict = field(default_factory=dict)  # {} = faster-whisper, model from the machine
     search: dict = field(default_factory=dict)  # the validated `search` block (fusion)
+    query_expansion: dict = field(default_factory=dict)  # {} = provider none
 
     @property
     def fulltext_path(self) -> Path:
@@ -111,7 +114,8 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
                          data.get("sourcePaths") or [], embedding, url,
                          data.get("contextualizer") or {}, data.get("audio") or {},
-                         data.get("search") or {})
+                         data.get("search") or {},
+                         query_expansion=data.get("queryExpansion") or {})
 
 
 def search_settings(kb: KnowledgeBase) -> dict:
@@ -137,6 +141,7 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "audio": (dict, "an object"),
     "chromaUrl": (str, '"http://127.0.0.1:8001"'),
     "search": (dict, '{"fusion": "rrf"}'),
+    "queryExpansion": (dict, '{"provider": "none"}'),
 }
 
 
@@ -155,6 +160,7 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     _validate_contextualizer(data.get("contextualizer") or {}, path)
     _validate_audio(data.get("audio") or {}, path)
     _validate_search(data.get("search") or {}, path)
+    _validate_query_expansion(data.get("queryExpansion") or {}, path)
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
@@ -194,12 +200,37 @@ def _validate_contextualizer(block: dict, path: Path) -> None:
         raise ConfigError(f"{path}: field 'contextualizer.model' is needed for provider "
                           f"{provider!r}; name the chat model, e.g. {EXAMPLE_LLMS[provider]!r}")
     bounds = {"batchSize": (1, ctx.MAX_BATCH), "concurrency": (1, ctx.MAX_CONCURRENCY),
-              "maxChars": ctx.MAX_CHARS_RANGE, "numCtx": ctx.NUM_CTX_RANGE}
+              "maxChars": ctx.MAX_CHARS_RANGE, "numCtx": chat.NUM_CTX_RANGE}
     for name, (low, high) in bounds.items():
         value = block.get(name)
         if value is not None and not low <= value <= high:
             raise ConfigError(f"{path}: field 'contextualizer.{name}' must be {low}-{high}, "
                               f"not {value}")
+
+
+def _validate_query_expansion(block: dict, path: Path) -> None:
+    """Check the `queryExpansion` block against query_expansion.CONFIG_FIELDS and its bounds."""
+    _check_fields("queryExpansion", block, qe.CONFIG_FIELDS, path)
+    provider = block.get("provider") or "none"
+    if provider not in qe.PROVIDERS:
+        raise ConfigError(f"{path}: field 'queryExpansion.provider' is {provider!r}; known "
+                          f"providers: {', '.join(qe.PROVIDERS)}")
+    if provider != "none" and not block.get("model"):
+        raise ConfigError(f"{path}: field 'queryExpansion.model' is needed for provider "
+                          f"{provider!r}; name the chat model, e.g. {EXAMPLE_LLMS[provider]!r}")
+    bounds = {"count": qe.COUNT_RANGE, "timeout": qe.TIMEOUT_RANGE,
+              "numCtx": chat.NUM_CTX_RANGE}
+    for name, (low, high) in bounds.items():
+        value = block.get(name)
+        if value is not None and (isinstance(value, bool) or not low <= value <= high):
+            raise ConfigError(f"{path}: field 'queryExpansion.{name}' must be {low:g}-{high:g}, "
+                              f"not {value}")
+    languages = block.get("languages") or []
+    if len(languages) > qe.MAX_LANGUAGES or not all(
+            isinstance(v, str) and 0 < len(v.strip()) <= qe.MAX_LANGUAGE_CHARS for v in languages):
+        raise ConfigError(f"{path}: field 'queryExpansion.languages' must hold up to "
+                          f"{qe.MAX_LANGUAGES} language codes or names of 1-"
+                          f"{qe.MAX_LANGUAGE_CHARS} characters, such as [\"ko\", \"en\"]")
 
 
 def _validate_audio(block: dict, path: Path) -> None:
