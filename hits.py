@@ -41,6 +41,7 @@ class Hit:
     cut: bool = False  # text was cut to limits.MAX_HIT_CHARS (exact mode) / MAX_LINE_CHARS
     best_lines: tuple[int, int] | None = None  # the best-ranked chunk's own lines (set here)
     merged_lines: tuple[int, int] | None = None  # set when the text shows only a window of them
+    queries: list[int] | None = None  # with several phrasings: which ones found it (0-based)
 
     def __post_init__(self) -> None:
         if self.best_lines is None:
@@ -51,6 +52,8 @@ class Hit:
                "line_start": self.line_start, "line_end": self.line_end, "text": self.text,
                "score": round(self.score, 6), "ranks": self.ranks,
                "merged_chunk_ids": self.chunk_ids}
+        if self.queries is not None:
+            hit["queries"] = self.queries
         notes = []
         if self.merged_lines:
             first, last = self.merged_lines
@@ -80,6 +83,8 @@ def _fold(into: Hit, other: Hit) -> None:
     into.line_start = min(into.line_start, other.line_start)
     into.line_end = max(into.line_end, other.line_end)
     into.chunk_ids += [c for c in other.chunk_ids if c not in into.chunk_ids]
+    if into.queries is not None and other.queries is not None:
+        into.queries = sorted(set(into.queries) | set(other.queries))
     for leg, rank in other.ranks.items():
         if rank is not None and (into.ranks.get(leg) is None or rank < into.ranks[leg]):
             into.ranks[leg] = rank

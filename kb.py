@@ -125,7 +125,8 @@ def search_settings(kb: KnowledgeBase) -> dict:
     weight = kb.search.get("vectorWeight",
                            fusion.default_weight(method, kb.embedding.get("provider")))
     return {"fusion": method, "vector_weight": weight,
-            "title_weight": kb.search.get("titleWeight", titles.TITLE_WEIGHT)}
+            "title_weight": kb.search.get("titleWeight", titles.TITLE_WEIGHT),
+            "diversity": kb.search.get("diversity", 0.0)}
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -280,6 +281,7 @@ def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> Non
 SEARCH_WEIGHTS = {  # search block's 0-1 fields -> what 0 and 1 mean
     "vectorWeight": ("BM25 only", "vectors only"),
     "titleWeight": ("file names ignored", "file names only"),
+    "diversity": ("off", "novelty only"),
 }
 SEARCH_FIELDS = ("fusion", *SEARCH_WEIGHTS)
 
