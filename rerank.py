@@ -21,7 +21,11 @@ A rerank runs while a search waits, so it has a time budget (`timeout`) for the 
 connect, send and answer of each try, and a 429/5xx is tried again only when its wait
 (Retry-After, else BACKOFF) still leaves RETRY_MIN_LEFT of the budget. Any failure (no answer
 in time, an HTTP error, an answer that is not a ranking of the documents) raises RerankError
-with what failed and what to do; the caller then keeps the fused order. Keys come only from
+with what failed and what to do; the caller then keeps the fused order. An endpoint that gave
+no answer (timeout, no connection, still 429/5xx) is skipped by embedders.py's per-endpoint
+breaker: reranks fail at once (RerankUnreachable) for a pause that doubles while it keeps
+failing (embedders.BREAKER_PAUSE, LINECITE_EMBED_PAUSE), so a hung server does not cost every
+search its whole budget; after the pause one rerank tries again. Keys come only from
 the environment (embedders.py's HttpEmbedder: apiKeyPreset/apiKeyEnv), never stored or logged.
 Importing this module loads no httpx.
 
@@ -96,6 +100,11 @@ class RerankError(RuntimeError):
     a ranking); the message says what failed and what to do. The fused order stands."""
 
 
+class RerankUnreachable(RerankError):
+    """No answer within the budget, no connection, or still 429/5xx: the endpoint's breaker
+    opens, and reranks skip it (at once) until its pause ends."""
+
+
 def reranker_for(config: dict | None) -> Reranker | None:
     """The Reranker for a KB's `rerank` block; None for `none` or no block. The block is
     checked by kb.py when config.json loads; a wrong provider here is a ValueError."""
@@ -131,6 +140,24 @@ class Reranker:
         limits.check_length(query, "query", limits.MAX_QUERY_CHARS)
         if not documents:
             return []
+        breaker = embedders.breaker_for(f"rerank-{self.provider}", self.where, self.model)
+        try:
+            breaker.admit()
+        except embedders.EmbedderPaused:
+            raise RerankUnreachable(f"{breaker.last_error} {_skipped(breaker)}") from None
+        try:
+            ranked = self._call(query, documents)
+        except RerankUnreachable as err:
+            breaker.failed(embedders.EmbedderUnreachable(str(err)))
+            raise RerankUnreachable(f"{err} {_skipped(breaker)}") from None
+        except BaseException:
+            breaker.answered()  # any other answer, even a 4xx, says the server is up
+            raise
+        breaker.answered()
+        return ranked
+
+    def _call(self, query: str, documents: list[str]) -> list[tuple[int, float]]:
+        """The provider's ranking within the budget, every failure as a RerankError."""
         deadline = time.monotonic() + self.timeout
         try:
             return self._rerank(query, documents, deadline)
@@ -169,6 +196,12 @@ class Reranker:
             raise RerankError(f"{self.provider} at {self.where} scored {len(scores)} of {count} "
                               "documents; check that the server ranks every document sent")
         return sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
+
+
+def _skipped(breaker: embedders.Breaker) -> str:
+    """What a paused endpoint means for searches, for the end of a message."""
+    until = time.strftime("%H:%M:%S", time.localtime(breaker.retry_at))
+    return f"(searches skip the reranker until {until}, then try it again)"
 
 
 # --- cross-encoder servers ---------------------------------------------------------------
@@ -217,12 +250,12 @@ class _Http(embedders.HttpEmbedder):
                     raise WaitTimeout
                 response = self._send(url, body, headers, True, left)
             except (httpx.TimeoutException, WaitTimeout):
-                raise RerankError(
+                raise RerankUnreachable(
                     f"{self.provider} at {self.base_url} did not rerank within the budget of "
                     f"{budget:g} s; check that it is running, or raise 'rerank.timeout' or "
                     "lower 'rerank.topN'") from None
             except httpx.TransportError as err:
-                raise RerankError(f"cannot reach {self.provider} at {self.base_url} "
+                raise RerankUnreachable(f"cannot reach {self.provider} at {self.base_url} "
                                   f"({type(err).__name__}); start it, or fix 'rerank.baseUrl'"
                                   ) from None
             if response.status_code < 300:
@@ -231,7 +264,7 @@ class _Http(embedders.HttpEmbedder):
             wait = embedders._retry_after(response)
             wait = BACKOFF if wait is None else wait
             if deadline - time.monotonic() - wait < RETRY_MIN_LEFT:
-                raise RerankError(f"{self.provider} at {self.base_url} answered HTTP "
+                raise RerankUnreachable(f"{self.provider} at {self.base_url} answered HTTP "
                                   f"{response.status_code} ({attempt} tries within the "
                                   f"{budget:g} s budget); try again later")
             time.sleep(wait)
@@ -312,7 +345,7 @@ class LlmReranker(Reranker):
             answer = self.chat.ask(SYSTEM_PROMPT, prompt(query, documents),
                                    TOKENS_PER_PASSAGE * len(documents) + ANSWER_SLACK, left)
         except embedders.EmbedderUnreachable as err:
-            raise RerankError(f"rerank failed: {err}; a chat model ranking {len(documents)} "
+            raise RerankUnreachable(f"rerank failed: {err}; a chat model ranking {len(documents)} "
                               "passages may need a higher 'rerank.timeout' or a lower "
                               "'rerank.topN'") from None
         order = parse_ranking(answer, len(documents))

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import JsonApi, free_port
 
+import embedders
 import kb as kbmod
 import limits
 import rerank
@@ -63,6 +64,13 @@ class RerankApi(JsonApi):
     def close(self) -> None:
         self.release.set()
         super().close()
+
+
+@pytest.fixture(autouse=True)
+def no_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed endpoint is tried again at once (its breaker pauses 0 s): a port another test
+    left failing must not skip this test's rerank. The breaker test sets its own pause."""
+    monkeypatch.setenv(embedders.BREAKER_PAUSE_ENV, "0")
 
 
 @pytest.fixture
@@ -190,6 +198,25 @@ def test_a_5xx_is_not_retried_past_the_budget(server) -> None:
         reranker_for(block(server, timeout=1)).rerank(QUERY, DOCS)
     elapsed = time.monotonic() - started
     assert elapsed < 1.0 and 1 + 1 <= len(server.requests) <= 1 + 3, elapsed
+
+
+def test_a_hung_server_is_skipped_until_its_pause_ends(server, monkeypatch) -> None:
+    monkeypatch.setenv(embedders.BREAKER_PAUSE_ENV, "1")
+    reranker = reranker_for(block(server, timeout=0.5))
+    server.delay = 5.0
+    with pytest.raises(rerank.RerankUnreachable, match=r"within the budget of 0.5 s.*"
+                                                       r"searches skip the reranker until"):
+        reranker.rerank(QUERY, DOCS)
+    started = time.monotonic()
+    for _ in range(3):  # skipped at once, no request
+        with pytest.raises(rerank.RerankUnreachable, match=r"budget of 0.5 s.*skip the rerank"):
+            reranker.rerank(QUERY, DOCS)
+    assert time.monotonic() - started < 0.1 and len(server.requests) == 1
+    server.delay = 0.0
+    time.sleep(1.1)  # the pause is over: one rerank tries, and its answer closes the breaker
+    assert [i for i, _ in reranker.rerank(QUERY, DOCS)] == ORDER
+    assert [i for i, _ in reranker.rerank(QUERY, DOCS)] == ORDER
+    assert len(server.requests) == 3
 
 
 def test_no_server_fails_at_once() -> None:
