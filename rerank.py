@@ -213,7 +213,6 @@ class _Http(embedders.HttpEmbedder):
     retry rule: tries only within the budget."""
 
     config_block = "rerank"
-    query_task = "rerank"
     query_threads = _rerank_threads
 
     def __init__(self, provider: str, config: dict) -> None:
@@ -255,18 +254,19 @@ class _Http(embedders.HttpEmbedder):
                     f"{budget:g} s; check that it is running, or raise 'rerank.timeout' or "
                     "lower 'rerank.topN'") from None
             except httpx.TransportError as err:
-                raise RerankUnreachable(f"cannot reach {self.provider} at {self.base_url} "
-                                  f"({type(err).__name__}); start it, or fix 'rerank.baseUrl'"
-                                  ) from None
+                raise RerankUnreachable(
+                    f"cannot reach {self.provider} at {self.base_url} ({type(err).__name__}); "
+                    "start it, or fix 'rerank.baseUrl'") from None
             if response.status_code < 300:
                 return self._json(response)
             self._raise_for(response)  # what a retry cannot fix
             wait = embedders._retry_after(response)
             wait = BACKOFF if wait is None else wait
             if deadline - time.monotonic() - wait < RETRY_MIN_LEFT:
-                raise RerankUnreachable(f"{self.provider} at {self.base_url} answered HTTP "
-                                  f"{response.status_code} ({attempt} tries within the "
-                                  f"{budget:g} s budget); try again later")
+                tries = "1 try" if attempt == 1 else f"{attempt} tries"
+                raise RerankUnreachable(
+                    f"{self.provider} at {self.base_url} answered HTTP {response.status_code} "
+                    f"({tries} within the {budget:g} s budget); try again later")
             time.sleep(wait)
 
     def url(self, versioned: bool) -> str:

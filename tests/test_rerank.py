@@ -188,7 +188,7 @@ def test_a_5xx_is_retried_while_the_budget_lasts(server) -> None:
 def test_a_5xx_is_not_retried_past_the_budget(server) -> None:
     server.script = [(429, {"Retry-After": "5"}, {"message": "rate limited"})]
     started = time.monotonic()
-    with pytest.raises(RerankError, match=r"answered HTTP 429 \(1 tries within the 3 s budget"):
+    with pytest.raises(RerankError, match=r"answered HTTP 429 \(1 try within the 3 s budget"):
         reranker_for(block(server)).rerank(QUERY, DOCS)  # a 5 s wait does not fit in 3 s
     assert time.monotonic() - started < 0.3 and len(server.requests) == 1
 
