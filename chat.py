@@ -57,8 +57,15 @@ _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 
 
 def strip_thinking(answer: str) -> str:
-    """The answer without a reasoning model's <think>...</think> blocks."""
-    return _THINKING.sub("", answer)
+    """The answer without a reasoning model's <think>...</think> blocks; also without the
+    reasoning before a lone </think> (a server that ate the opening tag) or after a lone
+    <think> (an answer cut at max_tokens while still thinking)."""
+    text = _THINKING.sub("", answer)
+    close = text.lower().rfind("</think>")
+    if close >= 0:
+        text = text[close + len("</think>"):]
+    start = text.lower().find("<think>")
+    return text if start < 0 else text[:start]
 
 
 class _Http(embedders.HttpEmbedder):

@@ -28,7 +28,9 @@ import embedders
 import fulltext
 import fusion
 import limits
+import query_expansion as qe
 import rerank
+import titles
 
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
@@ -53,6 +55,7 @@ class KnowledgeBase:
     contextualizer: dict = field(default_factory=dict)  # {} = provider none
     audio: dict = field(default_factory=dict)  # {} = faster-whisper, model from the machine
     search: dict = field(default_factory=dict)  # the validated `search` block (fusion)
+    query_expansion: dict = field(default_factory=dict)  # {} = provider none
     rerank: dict = field(default_factory=dict)  # the validated `rerank` block; {} = none
 
     @property
@@ -115,7 +118,9 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
                          data.get("sourcePaths") or [], embedding, url,
                          data.get("contextualizer") or {}, data.get("audio") or {},
-                         data.get("search") or {}, data.get("rerank") or {})
+                         data.get("search") or {},
+                         query_expansion=data.get("queryExpansion") or {},
+                         rerank=data.get("rerank") or {})
 
 
 def search_settings(kb: KnowledgeBase) -> dict:
@@ -124,7 +129,8 @@ def search_settings(kb: KnowledgeBase) -> dict:
     method = kb.search.get("fusion", fusion.DEFAULT_FUSION)
     weight = kb.search.get("vectorWeight",
                            fusion.default_weight(method, kb.embedding.get("provider")))
-    return {"fusion": method, "vector_weight": weight}
+    return {"fusion": method, "vector_weight": weight,
+            "title_weight": kb.search.get("titleWeight", titles.TITLE_WEIGHT)}
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -140,6 +146,7 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "audio": (dict, "an object"),
     "chromaUrl": (str, '"http://127.0.0.1:8001"'),
     "search": (dict, '{"fusion": "rrf"}'),
+    "queryExpansion": (dict, '{"provider": "none"}'),
     "rerank": (dict, '{"provider": "none"}'),
 }
 
@@ -159,6 +166,7 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     _validate_contextualizer(data.get("contextualizer") or {}, path)
     _validate_audio(data.get("audio") or {}, path)
     _validate_search(data.get("search") or {}, path)
+    _validate_query_expansion(data.get("queryExpansion") or {}, path)
     _validate_rerank(data.get("rerank") or {}, path)
 
 
@@ -207,6 +215,31 @@ def _validate_contextualizer(block: dict, path: Path) -> None:
                               f"not {value}")
 
 
+def _validate_query_expansion(block: dict, path: Path) -> None:
+    """Check the `queryExpansion` block against query_expansion.CONFIG_FIELDS and its bounds."""
+    _check_fields("queryExpansion", block, qe.CONFIG_FIELDS, path)
+    provider = block.get("provider") or "none"
+    if provider not in qe.PROVIDERS:
+        raise ConfigError(f"{path}: field 'queryExpansion.provider' is {provider!r}; known "
+                          f"providers: {', '.join(qe.PROVIDERS)}")
+    if provider != "none" and not block.get("model"):
+        raise ConfigError(f"{path}: field 'queryExpansion.model' is needed for provider "
+                          f"{provider!r}; name the chat model, e.g. {EXAMPLE_LLMS[provider]!r}")
+    bounds = {"count": qe.COUNT_RANGE, "timeout": qe.TIMEOUT_RANGE,
+              "numCtx": chat.NUM_CTX_RANGE}
+    for name, (low, high) in bounds.items():
+        value = block.get(name)
+        if value is not None and (isinstance(value, bool) or not low <= value <= high):
+            raise ConfigError(f"{path}: field 'queryExpansion.{name}' must be {low:g}-{high:g}, "
+                              f"not {value}")
+    languages = block.get("languages") or []
+    if len(languages) > qe.MAX_LANGUAGES or not all(
+            isinstance(v, str) and 0 < len(v.strip()) <= qe.MAX_LANGUAGE_CHARS for v in languages):
+        raise ConfigError(f"{path}: field 'queryExpansion.languages' must hold up to "
+                          f"{qe.MAX_LANGUAGES} language codes or names of 1-"
+                          f"{qe.MAX_LANGUAGE_CHARS} characters, such as [\"ko\", \"en\"]")
+
+
 def _validate_audio(block: dict, path: Path) -> None:
     """Check the `audio` block against audio.CONFIG_FIELDS: engine, device, language, threads."""
     from formats import audio
@@ -251,21 +284,30 @@ def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> Non
     if url is not None and not re.match(r"^https?://[^/\s]+", url):
         raise ConfigError(f"{path}: field '{block_name}.baseUrl' must look like "
                           f"http://host:port, not {url!r}")
+SEARCH_WEIGHTS = {  # search block's 0-1 fields -> what 0 and 1 mean
+    "vectorWeight": ("BM25 only", "vectors only"),
+    "titleWeight": ("file names ignored", "file names only"),
+}
+SEARCH_FIELDS = ("fusion", *SEARCH_WEIGHTS)
+
+
 def _validate_search(block: dict, path: Path) -> None:
-    """Check the `search` block: `fusion` one of fusion.FUSIONS, `vectorWeight` 0-1."""
+    """Check the `search` block: `fusion` one of fusion.FUSIONS, the weights 0-1."""
     for name in block:
-        if name not in ("fusion", "vectorWeight"):
+        if name not in SEARCH_FIELDS:
             raise ConfigError(f"{path}: field 'search.{name}' is not known; known fields: "
-                              "fusion, vectorWeight")
+                              f"{', '.join(SEARCH_FIELDS)}")
     method = block.get("fusion")
     if method is not None and method not in fusion.FUSIONS:
         raise ConfigError(f"{path}: field 'search.fusion' is {method!r}; use one of "
                           f"{', '.join(fusion.FUSIONS)}")
-    weight = block.get("vectorWeight")
-    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
-                               or not 0.0 <= weight <= 1.0):
-        raise ConfigError(f"{path}: field 'search.vectorWeight' must be a number from 0 (BM25 "
-                          f"only) to 1 (vectors only), not {weight!r}")
+    for name, (zero, one) in SEARCH_WEIGHTS.items():
+        weight = block.get(name)
+        if weight is not None and (isinstance(weight, bool) or
+                                   not isinstance(weight, (int, float)) or
+                                   not 0.0 <= weight <= 1.0):
+            raise ConfigError(f"{path}: field 'search.{name}' must be a number from 0 ({zero}) "
+                              f"to 1 ({one}), not {weight!r}")
 
 
 EXAMPLE_RERANKERS = {"cohere": "rerank-v3.5", "llm": "claude-haiku-4-5"}  # in the model error
@@ -290,15 +332,11 @@ def _validate_rerank(block: dict, path: Path) -> None:
         if provider != "llm" and block.get(name) is not None:
             raise ConfigError(f"{path}: field 'rerank.{name}' is for provider 'llm' only; "
                               f"remove it, or set 'rerank.provider' to \"llm\"")
-    timeout = block.get("timeout")
-    if isinstance(timeout, bool):
-        raise ConfigError(f"{path}: field 'rerank.timeout' must be "
-                          f"{rerank.CONFIG_FIELDS['timeout'][1]}, not {timeout!r}")
     bounds = {"topN": rerank.TOP_N_RANGE, "timeout": rerank.TIMEOUT_RANGE,
               "numCtx": chat.NUM_CTX_RANGE}
     for name, (low, high) in bounds.items():
         value = block.get(name)
-        if value is not None and not low <= value <= high:
+        if value is not None and (isinstance(value, bool) or not low <= value <= high):
             raise ConfigError(f"{path}: field 'rerank.{name}' must be {low:g}-{high:g}, not "
                               f"{value}")
 

@@ -11,6 +11,8 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
   `convex`, `minmax` or `rrf` over every candidate of either leg.
 - Overlapping or adjacent chunks of one page merge into one hit (hits.py), and no single
   source fills the whole top 5 while another source scores close.
+- Document-aware (`auto`): each chunk's score is blended with how well its source's file name
+  matches the question (titles.py), so the right filing among look-alikes comes first.
 - `exact` mode: raw lines containing the query as a substring (names, codes, numbers).
 
 Layer: query: the two legs, their fusion (fusion.py) and merged hits; above storage, below
@@ -27,6 +29,7 @@ from typing import Literal
 
 import fulltext
 import limits
+import titles
 from fusion import DEFAULT_FUSION, Candidate, Fusion, fuse
 from hits import Hit, merge_into, with_text
 
@@ -92,8 +95,10 @@ class Searcher:
 
     def search(self, query: str, top_k: int = 10, mode: Mode = "auto", source: str | None = None,
                fusion: Fusion = DEFAULT_FUSION, vector_weight: float | None = None,
-               embedding: list[float] | None = None) -> list[Hit]:
-        """The hits; `embedding` is the query's vector when the caller made it already."""
+               embedding: list[float] | None = None,
+               title_weight: float = titles.TITLE_WEIGHT) -> list[Hit]:
+        """The hits; `embedding` is the query's vector when the caller made it already;
+        `title_weight` is the share of the file-name match in `auto` (titles.py; 0 = off)."""
         if mode == "exact":
             return self._exact(query, top_k, source)
         use_bm25 = mode in ("auto", "bm25")
@@ -102,8 +107,9 @@ class Searcher:
             raise ValueError("this knowledge base has no embedder; use search_mode 'bm25'")
         candidates: dict[str, Candidate] = {}
         nearest = self._nearest(query, source, embedding) if use_vector else None
+        tokens = self.tokenize(query) if use_bm25 else []
         # every matching chunk's BM25, read once: the ranked leg and _complete both use it
-        bm25 = fulltext.bm25_all(self.conn, self.tokenize(query), source) if use_bm25 else {}
+        bm25 = fulltext.bm25_all(self.conn, tokens, source) if use_bm25 else {}
         if use_bm25:
             self._bm25_leg(bm25, candidates)
         if nearest is not None:
@@ -114,6 +120,8 @@ class Searcher:
         else:
             ranked = sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
                             key=lambda pair: -pair[1])
+        if mode == "auto" and title_weight > 0:
+            ranked = self._with_titles(query, tokens, ranked, title_weight)
         hits: list[Hit] = []
         for cand, score in ranked:
             if score <= 0:
@@ -126,7 +134,20 @@ class Searcher:
                 hits.append(hit)
             if len(hits) >= top_k + DIVERSITY_TOP:
                 break
-        return [with_text(self.conn, h) for h in _diversify(hits)[:top_k]]
+        return with_text(self.conn, _diversify(hits)[:top_k], query, self.tokenize)
+
+    def _with_titles(self, query: str, tokens: list[str], ranked: list[tuple[Candidate, float]],
+                     weight: float) -> list[tuple[Candidate, float]]:
+        """Blend each chunk's score (over the best one's) with its source's title score; a
+        chunk no leg supports stays out (its score stays 0)."""
+        scores = titles.title_scores(query, tokens, (c.row["source"] for c, _ in ranked),
+                                     self.tokenize)
+        best = max((score for _, score in ranked), default=0.0)
+        if not scores or best <= 0:
+            return ranked
+        blended = [(c, (1 - weight) * score / best + weight * scores.get(c.row["source"], 0.0)
+                    if score > 0 else score) for c, score in ranked]
+        return sorted(blended, key=lambda pair: -pair[1])
 
     def _bm25_leg(self, bm25: Mapping[int, float], out: dict[str, Candidate]) -> None:
         for rank, (row, score) in enumerate(fulltext.top_chunks(self.conn, bm25, CANDIDATES), 1):

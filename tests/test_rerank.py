@@ -325,7 +325,7 @@ def load_with(tmp_path, rerank_block) -> kbmod.KnowledgeBase:
     ({"provider": "tei", "timeout": 0.1}, "'rerank.timeout' must be 0.5-60, not 0.1"),
     ({"provider": "tei", "timeout": 120}, "'rerank.timeout' must be 0.5-60, not 120"),
     ({"provider": "tei", "timeout": "3s"}, "'rerank.timeout' must be seconds, 0.5-60"),
-    ({"provider": "tei", "timeout": True}, "'rerank.timeout' must be seconds, 0.5-60, not True"),
+    ({"provider": "tei", "timeout": True}, "'rerank.timeout' must be 0.5-60, not True"),
     ({"provider": "llm", "model": "m", "chatProvider": "ollama", "numCtx": 100},
      "'rerank.numCtx' must be 2048-262144, not 100"),
     ({"provider": "tei", "top_n": 5}, "'rerank.top_n' is not known; known fields: provider, "
