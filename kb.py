@@ -29,6 +29,7 @@ import fulltext
 import fusion
 import limits
 import query_expansion as qe
+import rerank
 import titles
 
 # ---------------------------------------------------------------------------
@@ -55,6 +56,7 @@ class KnowledgeBase:
     audio: dict = field(default_factory=dict)  # {} = faster-whisper, model from the machine
     search: dict = field(default_factory=dict)  # the validated `search` block (fusion)
     query_expansion: dict = field(default_factory=dict)  # {} = provider none
+    rerank: dict = field(default_factory=dict)  # the validated `rerank` block; {} = none
 
     @property
     def fulltext_path(self) -> Path:
@@ -67,6 +69,8 @@ class KnowledgeBase:
             data["chromaUrl"] = self.chroma_url
         if self.search:
             data["search"] = self.search
+        if self.rerank:
+            data["rerank"] = self.rerank
         return data
 
 
@@ -115,7 +119,8 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
                          data.get("sourcePaths") or [], embedding, url,
                          data.get("contextualizer") or {}, data.get("audio") or {},
                          data.get("search") or {},
-                         query_expansion=data.get("queryExpansion") or {})
+                         query_expansion=data.get("queryExpansion") or {},
+                         rerank=data.get("rerank") or {})
 
 
 def search_settings(kb: KnowledgeBase) -> dict:
@@ -143,6 +148,7 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "chromaUrl": (str, '"http://127.0.0.1:8001"'),
     "search": (dict, '{"fusion": "rrf"}'),
     "queryExpansion": (dict, '{"provider": "none"}'),
+    "rerank": (dict, '{"provider": "none"}'),
 }
 
 
@@ -162,6 +168,7 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     _validate_audio(data.get("audio") or {}, path)
     _validate_search(data.get("search") or {}, path)
     _validate_query_expansion(data.get("queryExpansion") or {}, path)
+    _validate_rerank(data.get("rerank") or {}, path)
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
@@ -303,6 +310,37 @@ def _validate_search(block: dict, path: Path) -> None:
                                    not 0.0 <= weight <= 1.0):
             raise ConfigError(f"{path}: field 'search.{name}' must be a number from 0 ({zero}) "
                               f"to 1 ({one}), not {weight!r}")
+
+
+EXAMPLE_RERANKERS = {"cohere": "rerank-v3.5", "llm": "claude-haiku-4-5"}  # in the model error
+
+
+def _validate_rerank(block: dict, path: Path) -> None:
+    """Check the `rerank` block against rerank.CONFIG_FIELDS: a known provider, the model
+    where one is needed, chatProvider and numCtx only for `llm`, topN and timeout in bounds."""
+    _check_fields("rerank", block, rerank.CONFIG_FIELDS, path)
+    provider = block.get("provider") or "none"
+    if provider not in rerank.PROVIDERS:
+        raise ConfigError(f"{path}: field 'rerank.provider' is {provider!r}; known providers: "
+                          f"{', '.join(rerank.PROVIDERS)}")
+    if provider in EXAMPLE_RERANKERS and not block.get("model"):
+        raise ConfigError(f"{path}: field 'rerank.model' is needed for provider {provider!r}; "
+                          f"name the model, e.g. {EXAMPLE_RERANKERS[provider]!r}")
+    chat_provider = block.get("chatProvider")
+    if provider == "llm" and chat_provider not in chat.PROVIDERS:
+        raise ConfigError(f"{path}: field 'rerank.chatProvider' is {chat_provider!r}; provider "
+                          f"'llm' asks a chat model through one of {', '.join(chat.PROVIDERS)}")
+    for name in ("chatProvider", "numCtx"):
+        if provider != "llm" and block.get(name) is not None:
+            raise ConfigError(f"{path}: field 'rerank.{name}' is for provider 'llm' only; "
+                              f"remove it, or set 'rerank.provider' to \"llm\"")
+    bounds = {"topN": rerank.TOP_N_RANGE, "timeout": rerank.TIMEOUT_RANGE,
+              "numCtx": chat.NUM_CTX_RANGE}
+    for name, (low, high) in bounds.items():
+        value = block.get(name)
+        if value is not None and (isinstance(value, bool) or not low <= value <= high):
+            raise ConfigError(f"{path}: field 'rerank.{name}' must be {low:g}-{high:g}, not "
+                              f"{value}")
 
 
 def check_chroma_url(url: str, where: str) -> None:
