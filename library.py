@@ -12,6 +12,7 @@ Layer: surface: what the MCP tools do, above the pipeline and the queue; server.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import sys
@@ -103,6 +104,7 @@ class Library:
         self.base = base
         self._open: dict[str, OpenKB] = {}
         self._lock = threading.Lock()
+        self._rerankers: dict[str, object] = {}  # a `rerank` block's JSON -> its Reranker
 
     def close(self) -> None:
         for entry in self._open.values():
@@ -306,6 +308,7 @@ class Library:
     def search(self, query: str, top_k: int, mode: str, kb_id: str | None,
                source: str | None, queries: list[str] | None = None,
                diversity: float | None = None, expand: bool = True) -> dict:
+        import rerank
         import search
         from embedders import EmbedderMismatch
 
@@ -319,11 +322,14 @@ class Library:
         vector = mode in ("vector", "auto")
         vectors, failure = self._query_vectors(kb, searched) if vector else ({}, None)
         with self.reading(kb) as entry, entry.lock:  # no store is closed under a query
+            reranker = self._reranker(entry.kb) if mode != "exact" else None
+            wanted = max(top_k, reranker.top_n) if reranker else top_k
             searcher = self._searcher(entry, vector)
-            degraded = entry.vector_note if vector else None
+            problem = entry.vector_note if vector else None
             if mode == "vector" and entry.store is None:
-                raise UserError(degraded or f"knowledge base {kb!r} has no embedder (embedding "
+                raise UserError(problem or f"knowledge base {kb!r} has no embedder (embedding "
                                 "provider 'none'); use search_mode 'bm25', 'exact' or 'auto'")
+            degraded = problem and f"vector leg unavailable, keyword results only: {problem}"
             settings = kbmod.search_settings(entry.kb)  # the KB's `search` block
             if diversity is not None:
                 settings["diversity"] = diversity
@@ -331,26 +337,40 @@ class Library:
             try:
                 if failure is not None:
                     raise failure
-                hits = searcher.search(searched[0], top_k, mode, vectors=vectors, **ask)
+                hits = searcher.search(searched[0], wanted, mode, vectors=vectors, **ask)
             except search.VectorLegError as err:
                 if isinstance(err.__cause__, EmbedderMismatch):  # a dimension learnt just now
                     entry.vector_note = str(err.__cause__)  # listing and get_index_info say so
                 if mode != "auto":
                     raise UserError(f"vector search failed: {err}; use search_mode 'bm25' or "
                                     "'exact' meanwhile") from None
-                degraded = str(err)
-                hits = searcher.search(searched[0], top_k, "bm25", **ask)
+                degraded = f"vector leg unavailable, keyword results only: {err}"
+                hits = searcher.search(searched[0], wanted, "bm25", **ask)
             note = entry.config_note
+        if reranker is not None:
+            hits, skipped = rerank.rerank_hits(reranker, searched[0], hits)
+            degraded = "; ".join(filter(None, [degraded, skipped])) or None
+        hits = hits[:top_k]
         result = {"kb_id": kb, "search_mode": mode, "hits": [h.to_json() for h in hits]}
         if len(searched) > 1:
             result["queries"] = searched  # a hit's `queries` are positions in this list
         if expansion is not None and expansion.note:
             result["expansion"] = expansion.note
         if degraded:
-            result["degraded"] = f"vector leg unavailable, keyword results only: {degraded}"
+            result["degraded"] = degraded
         if note:
             result["warning"] = note
         return result
+
+    def _reranker(self, kb: kbmod.KnowledgeBase):
+        """The KB's reranker (None without a `rerank` block), one per block: each holds an
+        HTTP client and its endpoint's failure pause."""
+        import rerank
+
+        key = json.dumps(kb.rerank, sort_keys=True)
+        if key not in self._rerankers:
+            self._rerankers[key] = rerank.reranker_for(kb.rerank)
+        return self._rerankers[key]
 
     @staticmethod
     def _check_queries(query: str, queries: list[str] | None) -> list[str]:
@@ -379,8 +399,8 @@ class Library:
                 return None
             languages = query_expansion.languages_held(fulltext.script_samples(entry.conn))
         expansion = expander.expand(asked[0], languages)
-        expansion.queries = list(dict.fromkeys([*asked, *expansion.queries[1:]]))
-        return expansion
+        return query_expansion.Expansion(list(dict.fromkeys([*asked, *expansion.queries[1:]])),
+                                         expansion.note)
 
     def _query_vectors(self, kb_id: str, queries: list[str]) -> tuple[dict, Exception | None]:
         """Each query's vector (none without a store), or the first VectorLegError."""

@@ -384,3 +384,22 @@ def parse_ranking(answer: str, count: int) -> list[int] | None:
     if not order:
         return None
     return order + [index for index in range(count) if index not in order]
+
+
+def rerank_hits(reranker: Reranker, query: str, hits: list) -> tuple[list, str | None]:
+    """The best `top_n` hits (search.py's, in fused order) in the reranker's order, each
+    scored by it and ranked under `rerank`, then the rest; on any failure the fused order
+    and why it stands (never raises: a search answers without its reranker)."""
+    top, rest = hits[:reranker.top_n], hits[reranker.top_n:]
+    try:
+        order = reranker.rerank(query, [hit.text for hit in top])
+    except (RerankError, ValueError) as err:
+        return hits, f"rerank skipped, fused order kept: {err}"
+    ranked = []
+    for position, (index, score) in enumerate(order, 1):
+        hit = top[index]
+        hit.score = score
+        hit.ranks["rerank"] = position
+        ranked.append(hit)
+    return ranked + rest, None
+
