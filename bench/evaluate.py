@@ -211,6 +211,7 @@ METHODS: dict[str, dict] = {  # name -> search() arguments; "default" is set per
     "rrf": {"mode": "auto", "fusion": "rrf"},
     "default": {"mode": "auto"},
     "no titles": {"mode": "auto", "title_weight": 0.0},  # the default without titles.py
+    **{f"mmr {d / 10:.1f}": {"mode": "auto", "diversity": d / 10} for d in (3, 5)},
     **{f"{fusion} w={w / 10:.1f}": {"mode": "auto", "fusion": fusion, "vector_weight": w / 10}
        for fusion in ("convex", "minmax") for w in range(1, 6)},
 }
@@ -222,7 +223,9 @@ def methods(kb: kbmod.KnowledgeBase, only: list[str] | None = None) -> dict[str,
     settings = kbmod.search_settings(kb)
     name = f"default ({settings['fusion']} {settings['vector_weight']})"
     own = {**METHODS, "default": {"mode": "auto", **settings},
-           "no titles": {"mode": "auto", **settings, "title_weight": 0.0}}
+           "no titles": {"mode": "auto", **settings, "title_weight": 0.0},
+           **{name: {"mode": "auto", **settings, **METHODS[name]} for name in METHODS
+              if name.startswith("mmr")}}
     return {(name if key == "default" else key): kwargs for key, kwargs in own.items()
             if only is None or key in ("bm25", *only)}
 
