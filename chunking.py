@@ -224,26 +224,32 @@ def nearest_headings(lines: Sequence[str], noise: set[int], carried: str = "") -
 SHEET_MARKERS = ("[sheet] ", "[hidden sheet] ")  # extract.py's first line of a spreadsheet page
 
 
-def page_context(lines: Sequence[str]) -> tuple[str, int]:
+def page_context(lines: Sequence[str], table: bool = False) -> tuple[str, int]:
     """(context, its last line) that every chunk of the page should carry to read on its own.
 
     A spreadsheet page's chunks repeat the sheet name and the header row (its first non-empty
-    row), so a chunk of rows 200-240 still says what its columns are. The context is searched
-    and embedded with the chunk, but is not part of its text: the text stays exactly its lines.
+    row), so a chunk of rows 200-240 still says what its columns are; a `table` page (a CSV or
+    TSV file: no sheet line, its first non-empty line is the header) repeats its header row.
+    The context is searched and embedded with the chunk, but is not part of its text: the
+    text stays exactly its lines.
     """
-    if not lines or not lines[0].startswith(SHEET_MARKERS):
+    sheet = bool(lines) and lines[0].startswith(SHEET_MARKERS)
+    if not sheet and not table:
         return "", 0
-    header = next((n for n in range(2, len(lines) + 1) if lines[n - 1].strip()), 0)
-    return ("\n".join([lines[0], lines[header - 1]]) if header else lines[0]), max(header, 1)
+    first = 2 if sheet else 1
+    header = next((n for n in range(first, len(lines) + 1) if lines[n - 1].strip()), 0)
+    parts = ([lines[0]] if sheet else []) + ([lines[header - 1]] if header else [])
+    return "\n".join(parts), max(header, 1)
 
 
 def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
                tokenize: Callable[[str], list[str]],
-               headings: Sequence[str] | None = None) -> list[Chunk]:
+               headings: Sequence[str] | None = None, table: bool = False) -> list[Chunk]:
     """Every chunk of one page, in line order. `headings` is nearest_headings() of the page
-    (by default, of this page alone): a chunk's context is its sheet header, else its heading."""
+    (by default, of this page alone): a chunk's context is its sheet or table header (`table`:
+    see page_context), else its heading."""
     chunks: list[Chunk] = []
-    context, context_end = page_context(lines)
+    context, context_end = page_context(lines, table)
     if headings is None:
         headings = nearest_headings(lines, noise)
     for run in _runs(lines, noise):
@@ -279,14 +285,17 @@ def _dedupe(chunks: list[Chunk]) -> list[Chunk]:
 
 
 def chunk_pages(source: str, pages: Sequence[Sequence[str]], noise: Sequence[set[int]],
-                tokenize: Callable[[str], list[str]]) -> list[Chunk]:
+                tokenize: Callable[[str], list[str]], tables: bool = False) -> list[Chunk]:
     """Every chunk of a document, pages in order (page numbers are 1-based); a page's first
-    chunks carry the last heading of the pages before."""
+    chunks carry the last heading of the pages before. `tables`: every page is a table whose
+    first non-empty line is its header row (Extracted.tables), which its chunks carry instead
+    (a table has no headings, and is not scanned for them)."""
     chunks: list[Chunk] = []
     carried = ""
     for number, (lines, page_noise) in enumerate(zip(pages, noise, strict=True), 1):
-        headings = nearest_headings(lines, page_noise, carried)
-        chunks += chunk_page(source, number, lines, page_noise, tokenize, headings)
+        headings = [""] * (len(lines) + 1) if tables else nearest_headings(lines, page_noise,
+                                                                            carried)
+        chunks += chunk_page(source, number, lines, page_noise, tokenize, headings, tables)
         carried = headings[-1]
     return chunks
 

@@ -35,6 +35,8 @@ KB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WINDOWS_RESERVED = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(\..*)?$", re.IGNORECASE)
 PRUNING_PREFIX = ".pruning-"  # a KB folder renamed aside before it is deleted
 PRUNE_TRIES = 5  # rmtree attempts (with backoff) on a folder Windows still holds
+MAX_TEXT_EXTENSIONS = 100  # suffixes one KB's textExtensions may list
+TEXT_EXTENSION = re.compile(r"\.[A-Za-z0-9_+~-]{1,16}")  # ".adoc": a dot, then no dot
 # ---------------------------------------------------------------------------
 
 
@@ -51,6 +53,7 @@ class KnowledgeBase:
     contextualizer: dict = field(default_factory=dict)  # {} = provider none
     audio: dict = field(default_factory=dict)  # {} = faster-whisper, model from the machine
     search: dict = field(default_factory=dict)  # the validated `search` block (fusion)
+    text_extensions: list[str] = field(default_factory=list)  # lower case; read as plain text
 
     @property
     def fulltext_path(self) -> Path:
@@ -63,6 +66,8 @@ class KnowledgeBase:
             data["chromaUrl"] = self.chroma_url
         if self.search:
             data["search"] = self.search
+        if self.text_extensions:
+            data["textExtensions"] = self.text_extensions
         return data
 
 
@@ -110,7 +115,8 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
                          data.get("sourcePaths") or [], embedding, url,
                          data.get("contextualizer") or {}, data.get("audio") or {},
-                         data.get("search") or {})
+                         data.get("search") or {},
+                         [e.lower() for e in data.get("textExtensions") or []])
 
 
 def search_settings(kb: KnowledgeBase) -> dict:
@@ -135,6 +141,7 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "audio": (dict, "an object"),
     "chromaUrl": (str, '"http://127.0.0.1:8001"'),
     "search": (dict, '{"fusion": "rrf"}'),
+    "textExtensions": (list, '[".adoc", ".rst"]'),
 }
 
 
@@ -153,6 +160,7 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     _validate_contextualizer(data.get("contextualizer") or {}, path)
     _validate_audio(data.get("audio") or {}, path)
     _validate_search(data.get("search") or {}, path)
+    _validate_text_extensions(data.get("textExtensions") or [], path)
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
@@ -259,6 +267,20 @@ def _validate_search(block: dict, path: Path) -> None:
                                or not 0.0 <= weight <= 1.0):
         raise ConfigError(f"{path}: field 'search.vectorWeight' must be a number from 0 (BM25 "
                           f"only) to 1 (vectors only), not {weight!r}")
+
+
+def _validate_text_extensions(suffixes: list, path: Path) -> None:
+    """Check `textExtensions`: at most MAX_TEXT_EXTENSIONS suffixes like ".adoc". A suffix a
+    reader claims stays with that reader (formats.reader_entry), so a config keeps loading when
+    a later version reads one of its suffixes itself."""
+    if len(suffixes) > MAX_TEXT_EXTENSIONS:
+        raise ConfigError(f"{path}: field 'textExtensions' lists {len(suffixes)} suffixes; at "
+                          f"most {MAX_TEXT_EXTENSIONS} are allowed")
+    for suffix in suffixes:
+        if not isinstance(suffix, str) or not TEXT_EXTENSION.fullmatch(suffix):
+            raise ConfigError(f"{path}: field 'textExtensions' must hold suffixes such as "
+                              f"\".adoc\" (a dot, then 1-16 letters, digits, '_', '+', '~' or "
+                              f"'-'), not {suffix!r}")
 
 
 def check_chroma_url(url: str, where: str) -> None:
