@@ -32,19 +32,24 @@ import html
 import json
 import re
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
+from xml.parsers import expat
 
 from formats.base import Extracted, ExtractError, clean_lines
 from formats.text import read_text
 
 # -----------------------------------------------------------------------------
 PARSE_MAX_CHARS = 20_000_000  # a longer file is indexed unparsed (a parse only labels it)
+YAML_PARSE_MAX_CHARS = 4_000_000  # ... for YAML, a slower parser: see below
 HEADER_MAX_CHARS = 500  # a longer first row is no header to repeat into every chunk
 CSV_DELIMITERS = ",;\t|"  # a .csv's delimiter: the one its first row holds most of
 MAX_CUE_SECONDS = 100 * 3600  # a cue starting later is no real time: the file reads as lines
 # -----------------------------------------------------------------------------
+
+# The parse bounds, measured on 2 busy shared cores: json.loads reads 20 M characters in 0.4 s;
+# PyYAML's libyaml parser 2 M characters of YAML in 0.7 s (its node tree took 3.8 s, so only
+# events are read), so a 4 M YAML file costs about 1.5 s before it is indexed as lines.
 
 Check = Callable[[str], bool]  # text -> well-formed (raises nothing)
 
@@ -58,10 +63,11 @@ def _lines(path: Path) -> tuple[list[str], str, str]:
     return lines, text, encoding
 
 
-def _checked(path: Path, kind: str, check: Check) -> Extracted:
-    """The file as one page of its lines, labelled with what `check` found (see the module)."""
+def _checked(path: Path, kind: str, check: Check, limit: int | None = None) -> Extracted:
+    """The file as one page of its lines, labelled with what `check` found (see the module);
+    not parsed past `limit` characters (PARSE_MAX_CHARS by default)."""
     lines, text, encoding = _lines(path)
-    if len(text) > PARSE_MAX_CHARS:
+    if len(text) > (PARSE_MAX_CHARS if limit is None else limit):
         return Extracted([lines], f"{kind}-unchecked:{encoding}")
     return Extracted([lines], f"{kind}{'' if check(text) else '-malformed'}:{encoding}")
 
@@ -82,13 +88,13 @@ def _jsonl_ok(text: str) -> bool:
 
 
 def _yaml_ok(text: str) -> bool:
-    """Composed, not constructed: the node tree is the structure; no alias is expanded and no
-    tag is turned into a Python object."""
+    """The syntax only, as parse events: nothing is constructed (no alias expanded, no tag made
+    a Python object), and events are 5 times faster than composing the node tree."""
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        for _ in yaml.compose_all(text, Loader=loader):
+        for _ in yaml.parse(text, Loader=loader):
             pass
     except (yaml.YAMLError, RecursionError):
         return False
@@ -116,9 +122,10 @@ def _ini_ok(text: str) -> bool:
 
 
 def _xml_ok(text: str) -> bool:
+    """Well-formed, by expat's events: no tree is built, so a 20 MB file costs no memory."""
     try:
-        ET.fromstring(text)
-    except (ET.ParseError, ValueError):
+        expat.ParserCreate().Parse(text, True)
+    except (expat.ExpatError, ValueError):
         return False
     return True
 
@@ -138,7 +145,7 @@ def extract_jsonl(path: Path) -> Extracted:
 
 def extract_yaml(path: Path) -> Extracted:
     """A .yaml/.yml file (every document of a multi-document stream)."""
-    return _checked(path, "yaml", _yaml_ok)
+    return _checked(path, "yaml", _yaml_ok, YAML_PARSE_MAX_CHARS)
 
 
 def extract_toml(path: Path) -> Extracted:

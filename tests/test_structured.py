@@ -173,6 +173,11 @@ def test_a_file_past_the_parse_bound_is_not_parsed(tmp_path, monkeypatch):
     monkeypatch.setattr(structured, "PARSE_MAX_CHARS", 50)
     doc = extract.extract(path)
     assert doc.parser == "json-unchecked:utf-8" and len(doc.pages[0]) == 21
+    path = tmp_path / "big.yaml"
+    path.write_text("- 1\n" * 20, encoding="utf-8")
+    assert extract.extract(path).parser == "yaml:utf-8"
+    monkeypatch.setattr(structured, "YAML_PARSE_MAX_CHARS", 50)
+    assert extract.extract(path).parser == "yaml-unchecked:utf-8"
 
 
 def test_a_text_file_past_the_text_limit_is_refused(tmp_path, monkeypatch):
