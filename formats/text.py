@@ -1,8 +1,5 @@
 """Plain text and Markdown in any common encoding; a form feed starts a new page.
 
-`read_text` is the one way a text-based reader (this one, formats/structured.py) turns a file
-into decoded text: empty, binary and over-long files are refused here, once.
-
 Layer: reader (formats/), above formats/base.py.
 """
 
@@ -17,7 +14,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f]")  # not \t \n \f \r
 
 
 def read_text(path: Path) -> tuple[str, str]:
-    """(text, encoding) of a text file; ExtractError when it is empty, binary or too large."""
+    """(text, encoding) of a text file, refused when empty, over the size bound or binary.
+    Shared with formats/code.py: source code is text read the same way."""
     data = path.read_bytes()
     if not data.strip():
         raise ExtractError("empty", f"{path.name} has no text; there is nothing to index.")
