@@ -166,6 +166,16 @@ def test_each_format_is_labelled_and_keeps_its_lines(tmp_path, name, text, parse
     assert doc.pages == [editor_lines(path)]
 
 
+def test_line_ends_bom_and_form_feeds_keep_the_editors_numbers(tmp_path):
+    """CRLF, a lone CR and LF each end a line, as in an editor; a BOM is no text; a form feed
+    (which starts a page in a .txt) is dropped, so a .log stays one page of the file's lines."""
+    path = tmp_path / "app.log"
+    path.write_bytes(b"\xef\xbb\xbf10:00 start\r\n10:01 \x0cstep\r10:02\tdone  \n\n10:03 end\n")
+    doc = extract.extract(path)
+    assert (doc.parser, doc.pages) == ("log:utf-8", [["10:00 start", "10:01 step", "10:02 done",
+                                                     "", "10:03 end"]])
+
+
 def test_a_file_past_the_parse_bound_is_not_parsed(tmp_path, monkeypatch):
     path = tmp_path / "big.json"
     path.write_text("[\n" + "  1,\n" * 18 + "  1\n]\n", encoding="utf-8")
