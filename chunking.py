@@ -200,11 +200,25 @@ def heading_text(line: str, before: str = "", after: str = "") -> str:
     return text if fits and not runs_on else ""
 
 
-def nearest_headings(lines: Sequence[str], noise: set[int], carried: str = "") -> list[str]:
+_SECTION = re.compile(r"(\[{1,2}[^\[\]\n]{1,100}\]{1,2})\s*(?:[#;].*)?"  # [server] [[bin]]
+                      r"|([A-Za-z_][\w.-]{0,100}:)\s*(?:#.*)?")  # a YAML top-level key: no value
+
+
+def section_heading(line: str, before: str = "", after: str = "") -> str:
+    """The heading a config file's line is: an INI or TOML section (`[server]`, `[tool.ruff]`,
+    `[[bin]]`), or an unindented YAML key with nothing after it (`jobs:`); else "". Unlike
+    heading_text it reads the line alone (`before`, `after`: the same call shape)."""
+    match = _SECTION.fullmatch(line.rstrip())
+    return (match.group(1) or match.group(2)) if match else ""
+
+
+def nearest_headings(lines: Sequence[str], noise: set[int], carried: str = "",
+                     find: Callable[[str, str, str], str] = heading_text) -> list[str]:
     """Per line, the heading a chunk starting there is searched with: the nearest heading above
     it on the page, else `carried` (the last of the earlier pages); "" when the line is itself
     a heading. One more entry, past the last line, is what the next page carries. Noise lines
-    (a running header in capitals) are no headings; a spreadsheet page has none."""
+    (a running header in capitals) are no headings; a spreadsheet page has none. `find` says
+    what a heading is: heading_text for documents, section_heading for config files."""
     if not HEADINGS or (lines and lines[0].startswith(SHEET_MARKERS)):
         return [""] * (len(lines) + 1)
     filled = [i for i, line in enumerate(lines) if line.strip() and i + 1 not in noise]
@@ -212,7 +226,7 @@ def nearest_headings(lines: Sequence[str], noise: set[int], carried: str = "") -
     for k, i in enumerate(filled):
         before = lines[filled[k - 1]] if k else ""
         after = lines[filled[k + 1]] if k + 1 < len(filled) else ""
-        if heading := heading_text(lines[i], before, after):
+        if heading := find(lines[i], before, after):
             found[i] = heading
     nearest = []
     for i in range(len(lines)):
@@ -285,17 +299,20 @@ def _dedupe(chunks: list[Chunk]) -> list[Chunk]:
 
 
 def chunk_pages(source: str, pages: Sequence[Sequence[str]], noise: Sequence[set[int]],
-                tokenize: Callable[[str], list[str]], tables: bool = False) -> list[Chunk]:
+                tokenize: Callable[[str], list[str]], layout: str = "") -> list[Chunk]:
     """Every chunk of a document, pages in order (page numbers are 1-based); a page's first
-    chunks carry the last heading of the pages before. `tables`: every page is a table whose
-    first non-empty line is its header row (Extracted.tables), which its chunks carry instead
-    (a table has no headings, and is not scanned for them)."""
+    chunks carry the last heading of the pages before. `layout` (Extracted.layout): "table",
+    every page's first non-empty line is its header row, which its chunks carry instead (a
+    table is not scanned for headings); "sections", headings are config sections
+    (section_heading); "", headings as documents have them (heading_text)."""
     chunks: list[Chunk] = []
     carried = ""
+    table = layout == "table"
+    find = section_heading if layout == "sections" else heading_text
     for number, (lines, page_noise) in enumerate(zip(pages, noise, strict=True), 1):
-        headings = [""] * (len(lines) + 1) if tables else nearest_headings(lines, page_noise,
-                                                                            carried)
-        chunks += chunk_page(source, number, lines, page_noise, tokenize, headings, tables)
+        headings = ([""] * (len(lines) + 1) if table
+                    else nearest_headings(lines, page_noise, carried, find))
+        chunks += chunk_page(source, number, lines, page_noise, tokenize, headings, table)
         carried = headings[-1]
     return chunks
 

@@ -334,7 +334,7 @@ class Indexer:
             self._fail(src, *_no_text(path, doc), summary)
             return
         noise = chunking.noise_lines(doc.pages)
-        chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.tokens, doc.tables)
+        chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.tokens, doc.layout)
         warnings = [limits.path_text(w) for w in doc.warnings]  # they may name the file
         warnings += [] if chunks or no_speech else [_no_chunks_warning(lines)]
         fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, warnings)

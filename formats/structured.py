@@ -9,8 +9,12 @@ PARSE_MAX_CHARS, or an XML file declaring a DTD, whose entities are never expand
 never fails a file. `.conf` files that are no INI (nginx, Apache) read as `ini-malformed`.
 
 CSV/TSV: when the first non-empty line reads as a header row (every cell a name, not a
-number), `Extracted.tables` makes every later chunk carry it in its context, searched and
-embedded but never in the chunk's text (chunking.page_context, as for spreadsheets).
+number), Extracted.layout "table" makes every later chunk carry it in its context, searched
+and embedded but never in the chunk's text (chunking.page_context, as for spreadsheets).
+INI, TOML and YAML are "sections": a chunk carries the section it starts in (`[tool.ruff]`,
+`[server]`, a YAML top-level `jobs:`) the way a document's chunk carries its heading
+(chunking.section_heading), so the section's name finds a setting in its 40th line. Structure
+is read from the lines, not the parse, so a malformed file has its sections too.
 Logs are chunked by size like any text; the file size and text limits of ingest.py and
 formats/base.py bound them.
 
@@ -63,13 +67,15 @@ def _lines(path: Path) -> tuple[list[str], str, str]:
     return lines, text, encoding
 
 
-def _checked(path: Path, kind: str, check: Check, limit: int | None = None) -> Extracted:
+def _checked(path: Path, kind: str, check: Check, limit: int | None = None,
+             layout: str = "") -> Extracted:
     """The file as one page of its lines, labelled with what `check` found (see the module);
-    not parsed past `limit` characters (PARSE_MAX_CHARS by default)."""
+    not parsed past `limit` characters (PARSE_MAX_CHARS by default). `layout`: Extracted's."""
     lines, text, encoding = _lines(path)
     if len(text) > (PARSE_MAX_CHARS if limit is None else limit):
-        return Extracted([lines], f"{kind}-unchecked:{encoding}")
-    return Extracted([lines], f"{kind}{'' if check(text) else '-malformed'}:{encoding}")
+        return Extracted([lines], f"{kind}-unchecked:{encoding}", layout=layout)
+    label = f"{kind}{'' if check(text) else '-malformed'}:{encoding}"
+    return Extracted([lines], label, layout=layout)
 
 
 # ----------------------------------------------------------------------------- well-formed?
@@ -145,16 +151,16 @@ def extract_jsonl(path: Path) -> Extracted:
 
 def extract_yaml(path: Path) -> Extracted:
     """A .yaml/.yml file (every document of a multi-document stream)."""
-    return _checked(path, "yaml", _yaml_ok, YAML_PARSE_MAX_CHARS)
+    return _checked(path, "yaml", _yaml_ok, YAML_PARSE_MAX_CHARS, "sections")
 
 
 def extract_toml(path: Path) -> Extracted:
-    return _checked(path, "toml", _toml_ok)
+    return _checked(path, "toml", _toml_ok, layout="sections")
 
 
 def extract_ini(path: Path) -> Extracted:
     """An .ini/.cfg/.conf file; `ini-malformed` for a .conf in another syntax (nginx)."""
-    return _checked(path, "ini", _ini_ok)
+    return _checked(path, "ini", _ini_ok, layout="sections")
 
 
 def extract_xml(path: Path) -> Extracted:
@@ -198,7 +204,8 @@ def extract_csv(path: Path) -> Extracted:
     delimiter = ("\t" if path.suffix.lower() == ".tsv"
                  else max(CSV_DELIMITERS, key=first.count))  # ties: "," (listed first)
     table = header_row(first, delimiter)
-    return Extracted([lines], f"{'csv' if table else 'csv-noheader'}:{encoding}", tables=table)
+    return Extracted([lines], f"{'csv' if table else 'csv-noheader'}:{encoding}",
+                     layout="table" if table else "")
 
 
 # ----------------------------------------------------------------------------- subtitles

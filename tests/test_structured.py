@@ -199,6 +199,47 @@ def test_a_text_file_past_the_text_limit_is_refused(tmp_path, monkeypatch):
     assert err.value.reason == "too-large"
 
 
+# ----------------------------------------------------------------------------- sections
+
+def _settings(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}_setting_{n} = value number {n} for this option" for n in range(count)]
+
+
+def test_a_config_chunk_carries_its_section_in_context(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    ini = ["; service settings", "[database]", *_settings("db", 40), "pool_retries = 7",
+           "[cache]  ; in memory", *_settings("cache", 40)]
+    (docs / "service.ini").write_text("\n".join(ini) + "\n", encoding="utf-8")
+    toml = ["[[bin]]", 'name = "tool"', "[tool.ruff]", *_settings("ruff", 40)]
+    (docs / "pyproject.toml").write_text("\n".join(toml) + "\n", encoding="utf-8")
+    yaml = ["name: CI", "jobs:", *[f"  step_{n}: run the walrus check number {n}" for n in
+                                   range(60)]]
+    (docs / "ci.yml").write_text("\n".join(yaml) + "\n", encoding="utf-8")
+    kb = make_kb(tmp_path / "base", docs)
+    assert ingest.sync(kb).failed == []
+    rows = sources(kb)
+    contexts = {name: [(c["line_start"], c["context"]) for c in row["chunks"]]
+                for name, row in rows.items()}
+    for name, row in rows.items():
+        assert len(row["chunks"]) > 2, name
+        lines = (docs / name.split("/")[1]).read_text(encoding="utf-8").split("\n")
+        for start, context in contexts[name][1:]:  # the nearest section above the chunk
+            above = [line for line in lines[:start - 1]
+                     if line.startswith("[") or line in ("jobs:",)]
+            assert context == (above[-1].split(";")[0].strip() if above else ""), (name, start)
+    assert {c for _, c in contexts["docs/service.ini"]} >= {"[database]", "[cache]"}
+    assert {c for _, c in contexts["docs/pyproject.toml"]} >= {"[tool.ruff]"}
+    assert {c for _, c in contexts["docs/ci.yml"]} >= {"jobs:"}
+    library = Library(tmp_path / "base")
+    try:
+        hit = library.search("database pool_retries", 1, "bm25", "data", None)["hits"][0]
+        best = library.get_document_chunk(hit["merged_chunk_ids"][0], "data")
+        assert "pool_retries = 7" in best["text"] and "[database]" not in best["text"]
+    finally:
+        library.close()
+
+
 # ----------------------------------------------------------------------------- tables
 
 CITIES = ["Oslo", "Bergen", "Stavanger", "Tromso", "Bodo", "Alesund", "Molde", "Hamar"]
