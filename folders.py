@@ -16,7 +16,7 @@ Layer: pipeline: what a folder sync would do, above the config layer and extract
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,7 +59,8 @@ class SyncPlan:
 
 def discover(targets: list[Path], source_name: str | None = None,
              skipped: list[dict] | None = None,
-             unlisted: list[Path] | None = None) -> Iterator[tuple[Path, str]]:
+             unlisted: list[Path] | None = None,
+             text_extensions: Collection[str] = ()) -> Iterator[tuple[Path, str]]:
     """(file, source name) for each file to index: a file as named, a folder's files recursively.
 
     A folder's files are named `<prefix>/<relative path>` so two folders' `README.md` differ;
@@ -67,6 +68,7 @@ def discover(targets: list[Path], source_name: str | None = None,
     Links that lead out of the folder are not followed; they go to `skipped`, and so do the
     folders that could not be listed, which also go to `unlisted`. Given `unlisted`, every
     target is a folder (a KB's sourcePaths): one that is missing is unavailable, not a file.
+    `text_extensions`: the KB's textExtensions, which count as supported.
     """
     folders_only = unlisted is not None
     skipped = skipped if skipped is not None else []
@@ -79,7 +81,7 @@ def discover(targets: list[Path], source_name: str | None = None,
             prefix = prefixes.pop(root, None)
             if prefix is None:  # the same folder named twice: its files once
                 continue
-            for path in _files_in(root, prefix, skipped, unlisted):
+            for path in _files_in(root, prefix, skipped, unlisted, text_extensions):
                 name = _name(prefix, root, path)
                 if len(name) <= limits.MAX_NAME_CHARS:
                     yield path, name
@@ -121,7 +123,8 @@ def folder_prefixes(roots: list[Path]) -> dict[Path, str]:
     return prefixes
 
 
-def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]) -> list[Path]:
+def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path],
+              text_extensions: Collection[str] = ()) -> list[Path]:
     """The supported files under `root` (resolved) whose real path lies inside it: the rule
     ingest_file applies, so a link in a synced folder cannot serve /etc/passwd. Linked folders
     (symlinks, junctions) are never descended into: one leading out, or a loop, could reach any
@@ -167,7 +170,7 @@ def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]
             path = Path(here, name)
             if _not_a_document(path):
                 continue
-            if not extract.supported(path):
+            if not extract.supported(path, text_extensions):
                 unsupported.setdefault(path.suffix.lower() or "(none)", []).append(
                     _name(prefix, root, path))
                 continue
@@ -251,7 +254,8 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
     seen: set[str] = set()
     seen_paths: set[str] = set()  # os.path.normcase of every file found
     unlisted: list[Path] = []  # folders whose sources stay as they are
-    for path, name in discover(folders, skipped=plan.skipped, unlisted=unlisted):
+    for path, name in discover(folders, skipped=plan.skipped, unlisted=unlisted,
+                               text_extensions=kb.text_extensions):
         seen.add(name)
         seen_paths.add(os.path.normcase(path))
         row = fulltext.source_row(conn, name)

@@ -39,6 +39,8 @@ KB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WINDOWS_RESERVED = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(\..*)?$", re.IGNORECASE)
 PRUNING_PREFIX = ".pruning-"  # a KB folder renamed aside before it is deleted
 PRUNE_TRIES = 5  # rmtree attempts (with backoff) on a folder Windows still holds
+MAX_TEXT_EXTENSIONS = 100  # suffixes one KB's textExtensions may list
+TEXT_EXTENSION = re.compile(r"\.[A-Za-z0-9_+~-]{1,16}")  # ".adoc": a dot, then no dot
 # ---------------------------------------------------------------------------
 
 
@@ -57,6 +59,7 @@ class KnowledgeBase:
     search: dict = field(default_factory=dict)  # the validated `search` block (fusion)
     query_expansion: dict = field(default_factory=dict)  # {} = provider none
     rerank: dict = field(default_factory=dict)  # the validated `rerank` block; {} = none
+    text_extensions: list[str] = field(default_factory=list)  # lower case; read as plain text
 
     @property
     def fulltext_path(self) -> Path:
@@ -71,6 +74,8 @@ class KnowledgeBase:
             data["search"] = self.search
         if self.rerank:
             data["rerank"] = self.rerank
+        if self.text_extensions:
+            data["textExtensions"] = self.text_extensions
         return data
 
 
@@ -120,7 +125,8 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
                          data.get("contextualizer") or {}, data.get("audio") or {},
                          data.get("search") or {},
                          query_expansion=data.get("queryExpansion") or {},
-                         rerank=data.get("rerank") or {})
+                         rerank=data.get("rerank") or {},
+                         text_extensions=[e.lower() for e in data.get("textExtensions") or []])
 
 
 def search_settings(kb: KnowledgeBase) -> dict:
@@ -149,6 +155,7 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "search": (dict, '{"fusion": "rrf"}'),
     "queryExpansion": (dict, '{"provider": "none"}'),
     "rerank": (dict, '{"provider": "none"}'),
+    "textExtensions": (list, '[".adoc", ".rst"]'),
 }
 
 
@@ -169,6 +176,7 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     _validate_search(data.get("search") or {}, path)
     _validate_query_expansion(data.get("queryExpansion") or {}, path)
     _validate_rerank(data.get("rerank") or {}, path)
+    _validate_text_extensions(data.get("textExtensions") or [], path)
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
@@ -341,6 +349,20 @@ def _validate_rerank(block: dict, path: Path) -> None:
         if value is not None and (isinstance(value, bool) or not low <= value <= high):
             raise ConfigError(f"{path}: field 'rerank.{name}' must be {low:g}-{high:g}, not "
                               f"{value}")
+
+
+def _validate_text_extensions(suffixes: list, path: Path) -> None:
+    """Check `textExtensions`: at most MAX_TEXT_EXTENSIONS suffixes like ".adoc". A suffix a
+    reader claims stays with that reader (formats.reader_entry), so a config keeps loading when
+    a later version reads one of its suffixes itself."""
+    if len(suffixes) > MAX_TEXT_EXTENSIONS:
+        raise ConfigError(f"{path}: field 'textExtensions' lists {len(suffixes)} suffixes; at "
+                          f"most {MAX_TEXT_EXTENSIONS} are allowed")
+    for suffix in suffixes:
+        if not isinstance(suffix, str) or not TEXT_EXTENSION.fullmatch(suffix):
+            raise ConfigError(f"{path}: field 'textExtensions' must hold suffixes such as "
+                              f"\".adoc\" (a dot, then 1-16 letters, digits, '_', '+', '~' or "
+                              f"'-'), not {suffix!r}")
 
 
 def check_chroma_url(url: str, where: str) -> None:
