@@ -506,19 +506,26 @@ class ChromaStore:
         ids, distances = result["ids"][0], result["distances"][0]
         return [(i, 1.0 - float(d)) for i, d in zip(ids, distances, strict=True)]
 
+    def vectors(self, ids: list[str], dimension: int | None = None) -> tuple[list[str], Any]:
+        """The stored vectors of these ids (unknown ids skipped): (their ids, a float32 matrix
+        with one row each)."""
+        got = self._checked(dimension).get(ids=list(ids), include=["embeddings"]) if ids else {}
+        if not got.get("ids"):
+            import numpy as np
+
+            return [], np.zeros((0, 0), np.float32)
+        return list(got["ids"]), _matrix(got["embeddings"])
+
     def cosines(self, embedding: Sequence[float], ids: list[str]) -> dict[str, float]:
         """Cosine of `embedding` with the stored vectors of these ids (unknown ids skipped)."""
         import numpy as np
 
-        if not ids:
+        found, matrix = self.vectors(ids, len(embedding))
+        if not found:
             return {}
-        got = self._checked(len(embedding)).get(ids=list(ids), include=["embeddings"])
-        if not got["ids"]:
-            return {}
-        matrix = _matrix(got["embeddings"])
         query = np.asarray(embedding, dtype=np.float32)
         norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query) + 1e-12
-        return dict(zip(got["ids"], map(float, matrix @ query / norms), strict=True))
+        return dict(zip(found, map(float, matrix @ query / norms), strict=True))
 
     def warm(self) -> None:
         """Open the collection and load its vector index (a one-hit query), so that the first

@@ -200,11 +200,25 @@ def heading_text(line: str, before: str = "", after: str = "") -> str:
     return text if fits and not runs_on else ""
 
 
-def nearest_headings(lines: Sequence[str], noise: set[int], carried: str = "") -> list[str]:
+_SECTION = re.compile(r"(\[{1,2}[^\[\]\n]{1,100}\]{1,2})\s*(?:[#;].*)?"  # [server] [[bin]]
+                      r"|([A-Za-z_][\w.-]{0,100}:)\s*(?:#.*)?")  # a YAML top-level key: no value
+
+
+def section_heading(line: str, before: str = "", after: str = "") -> str:
+    """The heading a config file's line is: an INI or TOML section (`[server]`, `[tool.ruff]`,
+    `[[bin]]`), or an unindented YAML key with nothing after it (`jobs:`); else "". Unlike
+    heading_text it reads the line alone (`before`, `after`: the same call shape)."""
+    match = _SECTION.fullmatch(line.rstrip())
+    return (match.group(1) or match.group(2)) if match else ""
+
+
+def nearest_headings(lines: Sequence[str], noise: set[int], carried: str = "",
+                     find: Callable[[str, str, str], str] = heading_text) -> list[str]:
     """Per line, the heading a chunk starting there is searched with: the nearest heading above
     it on the page, else `carried` (the last of the earlier pages); "" when the line is itself
     a heading. One more entry, past the last line, is what the next page carries. Noise lines
-    (a running header in capitals) are no headings; a spreadsheet page has none."""
+    (a running header in capitals) are no headings; a spreadsheet page has none. `find` says
+    what a heading is: heading_text for documents, section_heading for config files."""
     if not HEADINGS or (lines and lines[0].startswith(SHEET_MARKERS)):
         return [""] * (len(lines) + 1)
     filled = [i for i, line in enumerate(lines) if line.strip() and i + 1 not in noise]
@@ -212,7 +226,7 @@ def nearest_headings(lines: Sequence[str], noise: set[int], carried: str = "") -
     for k, i in enumerate(filled):
         before = lines[filled[k - 1]] if k else ""
         after = lines[filled[k + 1]] if k + 1 < len(filled) else ""
-        if heading := heading_text(lines[i], before, after):
+        if heading := find(lines[i], before, after):
             found[i] = heading
     nearest = []
     for i in range(len(lines)):
@@ -224,26 +238,32 @@ def nearest_headings(lines: Sequence[str], noise: set[int], carried: str = "") -
 SHEET_MARKERS = ("[sheet] ", "[hidden sheet] ")  # extract.py's first line of a spreadsheet page
 
 
-def page_context(lines: Sequence[str]) -> tuple[str, int]:
+def page_context(lines: Sequence[str], table: bool = False) -> tuple[str, int]:
     """(context, its last line) that every chunk of the page should carry to read on its own.
 
     A spreadsheet page's chunks repeat the sheet name and the header row (its first non-empty
-    row), so a chunk of rows 200-240 still says what its columns are. The context is searched
-    and embedded with the chunk, but is not part of its text: the text stays exactly its lines.
+    row), so a chunk of rows 200-240 still says what its columns are; a `table` page (a CSV or
+    TSV file: no sheet line, its first non-empty line is the header) repeats its header row.
+    The context is searched and embedded with the chunk, but is not part of its text: the
+    text stays exactly its lines.
     """
-    if not lines or not lines[0].startswith(SHEET_MARKERS):
+    sheet = bool(lines) and lines[0].startswith(SHEET_MARKERS)
+    if not sheet and not table:
         return "", 0
-    header = next((n for n in range(2, len(lines) + 1) if lines[n - 1].strip()), 0)
-    return ("\n".join([lines[0], lines[header - 1]]) if header else lines[0]), max(header, 1)
+    first = 2 if sheet else 1
+    header = next((n for n in range(first, len(lines) + 1) if lines[n - 1].strip()), 0)
+    parts = ([lines[0]] if sheet else []) + ([lines[header - 1]] if header else [])
+    return "\n".join(parts), max(header, 1)
 
 
 def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
                tokenize: Callable[[str], list[str]],
-               headings: Sequence[str] | None = None) -> list[Chunk]:
+               headings: Sequence[str] | None = None, table: bool = False) -> list[Chunk]:
     """Every chunk of one page, in line order. `headings` is nearest_headings() of the page
-    (by default, of this page alone): a chunk's context is its sheet header, else its heading."""
+    (by default, of this page alone): a chunk's context is its sheet or table header (`table`:
+    see page_context), else its heading."""
     chunks: list[Chunk] = []
-    context, context_end = page_context(lines)
+    context, context_end = page_context(lines, table)
     if headings is None:
         headings = nearest_headings(lines, noise)
     for run in _runs(lines, noise):
@@ -279,14 +299,20 @@ def _dedupe(chunks: list[Chunk]) -> list[Chunk]:
 
 
 def chunk_pages(source: str, pages: Sequence[Sequence[str]], noise: Sequence[set[int]],
-                tokenize: Callable[[str], list[str]]) -> list[Chunk]:
+                tokenize: Callable[[str], list[str]], layout: str = "") -> list[Chunk]:
     """Every chunk of a document, pages in order (page numbers are 1-based); a page's first
-    chunks carry the last heading of the pages before."""
+    chunks carry the last heading of the pages before. `layout` (Extracted.layout): "table",
+    every page's first non-empty line is its header row, which its chunks carry instead (a
+    table is not scanned for headings); "sections", headings are config sections
+    (section_heading); "", headings as documents have them (heading_text)."""
     chunks: list[Chunk] = []
     carried = ""
+    table = layout == "table"
+    find = section_heading if layout == "sections" else heading_text
     for number, (lines, page_noise) in enumerate(zip(pages, noise, strict=True), 1):
-        headings = nearest_headings(lines, page_noise, carried)
-        chunks += chunk_page(source, number, lines, page_noise, tokenize, headings)
+        headings = ([""] * (len(lines) + 1) if table
+                    else nearest_headings(lines, page_noise, carried, find))
+        chunks += chunk_page(source, number, lines, page_noise, tokenize, headings, table)
         carried = headings[-1]
     return chunks
 

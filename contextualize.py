@@ -7,18 +7,15 @@ embedded text, never into hits or read_range (those stay the raw lines). It is s
 fulltext.sqlite3 (chunks.llm_*) with the model and this prompt's hash, so a changed model or
 prompt shows the KB as stale and `ingest.sync(kb, "contextualization")` redoes exactly those.
 
-Providers, per KB in config.json's `contextualizer` block (`PROVIDERS`):
-- `anthropic`: POST {baseUrl}/v1/messages (x-api-key, anthropic-version), key preset Claude.
-- `openai`: any OpenAI-compatible POST {baseUrl}/v1/chat/completions (Bearer).
-- `ollama`: POST {baseUrl}/api/chat with `stream: false` and `options.num_ctx`.
-- `none` (the default): no contexts.
+Providers, per KB in config.json's `contextualizer` block: chat.py's (`anthropic`, `openai`
+for any OpenAI-compatible server, `ollama`), or `none` (the default): no contexts.
 
-HTTP, keys and errors are embedders.py's (HttpEmbedder): keys only from the environment by
-preset, never stored or logged; 429/5xx back off (Retry-After) and retry, bounded. A refused
-key (401/403) or a provider still unreachable after its retries stops contextualizing for the
-run (the reason is kept in the index's meta for get_index_info); the chunks are embedded
-without a context and get one on a later run. A chunk whose call fails otherwise is marked
-failed and retried on later runs, up to fulltext.MAX_CONTEXT_ATTEMPTS.
+HTTP, keys and errors are chat.py's (embedders.py's HttpEmbedder underneath): keys only from
+the environment by preset, never stored or logged; 429/5xx back off (Retry-After) and retry,
+bounded. A refused key (401/403) or a provider still unreachable after its retries stops
+contextualizing for the run (the reason is kept in the index's meta for get_index_info); the
+chunks are embedded without a context and get one on a later run. A chunk whose call fails
+otherwise is marked failed and retried on later runs, up to fulltext.MAX_CONTEXT_ATTEMPTS.
 
 Layer: pipeline stage (chunks -> contextualized chunks), above storage and embedders.
 """
@@ -32,16 +29,13 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
+import chat
 import embedders
 import fulltext
 
 # -----------------------------------------------------------------------------
-PROVIDERS = ("anthropic", "openai", "ollama", "none")  # contextualizer.provider values
-DEFAULT_BASE_URLS = {"anthropic": "https://api.anthropic.com",
-                     "openai": "https://api.openai.com", "ollama": "http://127.0.0.1:11434"}
-ANTHROPIC_VERSION = "2023-06-01"  # the anthropic-version header
+PROVIDERS = (*chat.PROVIDERS, "none")  # contextualizer.provider values
 MAX_OUTPUT_TOKENS = 300  # the answer's bound in tokens (a context is 2 sentences + keywords)
 WINDOW_CHARS = 3000  # characters of the page around a chunk sent with it (half each side)
 WINDOW_LINES = 60  # lines read on each side of a chunk to fill that window, at most
@@ -51,24 +45,16 @@ DEFAULT_BATCH = 16  # batchSize: chunks per SQLite transaction
 MAX_BATCH = 256
 DEFAULT_CONCURRENCY = {"anthropic": 4, "openai": 4, "ollama": 1}  # calls in flight at once
 MAX_CONCURRENCY = 16
-DEFAULT_NUM_CTX = 8192  # Ollama's context window for these calls (its own default is 2-4k)
-NUM_CTX_RANGE = (2048, 262144)
-CHAT_TIMEOUT = 120.0  # s for one answer (a local model on a CPU is slow)
-OLLAMA_KEEP_ALIVE = "10m"  # keep the model loaded between chunks
 ERROR_CHARS = 300  # characters of a failure kept in chunks.llm_error
 # -----------------------------------------------------------------------------
 
 # field -> (JSON type, what it should look like); kb.py checks config.json against this
 CONFIG_FIELDS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    **chat.CONFIG_FIELDS,
     "provider": (str, f"one of {', '.join(PROVIDERS)}"),
-    "model": (str, 'a chat model name such as "claude-haiku-4-5"'),
-    "apiKeyPreset": (str, f"one of {', '.join(embedders.API_KEY_PRESETS)}"),
-    "apiKeyEnv": (str, 'an environment variable name such as "MY_LLM_KEY"'),
-    "baseUrl": (str, '"http://127.0.0.1:11434"'),
     "batchSize": (int, f"a whole number 1-{MAX_BATCH} of chunks per transaction"),
     "concurrency": (int, f"a whole number 1-{MAX_CONCURRENCY} of calls at once"),
     "maxChars": (int, f"a whole number {MAX_CHARS_RANGE[0]}-{MAX_CHARS_RANGE[1]}"),
-    "numCtx": (int, f"a whole number {NUM_CTX_RANGE[0]}-{NUM_CTX_RANGE[1]} (ollama only)"),
 }
 
 SYSTEM_PROMPT = """You help a search engine index one passage of a longer document.
@@ -116,128 +102,34 @@ def state(conn: sqlite3.Connection, config: dict | None) -> dict:
     return info
 
 
-# --- providers ---------------------------------------------------------------------------
-
-
-class _Http(embedders.HttpEmbedder):
-    """embedders.py's HTTP plumbing (key from the environment, retries, error mapping), used
-    here only for its `_post` and `_key`: one chat call per chunk."""
-
-    config_block = "contextualizer"
-
-    def __init__(self, provider: str, config: dict) -> None:
-        self.provider = provider
-        preset = config.get("apiKeyPreset") or {"anthropic": "Claude"}.get(provider)
-        if provider == "openai" and not config.get("baseUrl") and not preset:
-            preset = "OpenAI"  # OpenAI's own endpoint needs a key; a local server may not
-        super().__init__({"model": config["model"], "batchSize": 1,
-                          "baseUrl": config.get("baseUrl") or DEFAULT_BASE_URLS[provider],
-                          "apiKeyPreset": preset, "apiKeyEnv": config.get("apiKeyEnv")})
-        import httpx
-
-        # made here, not lazily in _post: calls run in several threads at once
-        self._client = httpx.Client(timeout=httpx.Timeout(CHAT_TIMEOUT,
-                                                          connect=embedders.CONNECT_TIMEOUT))
-
-    def post(self, path: str, body: dict, headers: dict[str, str]) -> Any:
-        return self._post(self.base_url + path, body, headers)
+# --- the LLM ----------------------------------------------------------------------------
 
 
 class Contextualizer:
     """One KB's LLM: `context(title, window, chunk)` returns the context to store."""
 
-    provider = "none"
-
     def __init__(self, config: dict) -> None:
-        if not config.get("model"):
-            raise ValueError(f"contextualizer provider {self.provider!r} needs "
-                             "'contextualizer.model'")
-        self.model: str = config["model"]
+        self.chat = chat.client_for(config, "contextualizer")
+        self.provider: str = self.chat.provider
+        self.model: str = self.chat.model
         self.max_chars: int = config.get("maxChars") or DEFAULT_MAX_CHARS
         self.batch_size: int = config.get("batchSize") or DEFAULT_BATCH
         self.concurrency: int = config.get("concurrency") or DEFAULT_CONCURRENCY[self.provider]
-        self.signature = signature_of({**config, "provider": self.provider})
-        self.http = _Http(self.provider, config)
+        self.signature = signature_of(config)
 
     def context(self, title: str, window: str, chunk: str) -> str:
         user = USER_TEMPLATE.format(title=title, window=window, chunk=chunk)
-        try:
-            answer = self._ask(user)
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise embedders.EmbedderError(
-                f"the answer from {self.http.base_url} is not in {self.provider}'s format; "
-                "check 'contextualizer.provider' and 'contextualizer.baseUrl'") from None
-        return parse_answer(answer, self.max_chars)
-
-    def _ask(self, user: str) -> str:
-        raise NotImplementedError
-
-    def _bearer(self) -> dict[str, str]:
-        key = self.http._key()
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-class AnthropicContextualizer(Contextualizer):
-    provider = "anthropic"
-
-    def _ask(self, user: str) -> str:
-        headers = {"x-api-key": self.http._key() or "", "anthropic-version": ANTHROPIC_VERSION}
-        body = {"model": self.model, "max_tokens": MAX_OUTPUT_TOKENS, "temperature": 0,
-                "system": SYSTEM_PROMPT, "messages": [{"role": "user", "content": user}]}
-        answer = self.http.post("/v1/messages", body, headers)
-        return "".join(block["text"] for block in answer["content"] if block["type"] == "text")
-
-
-class OpenAIContextualizer(Contextualizer):
-    """OpenAI's chat completions, or any server that speaks them (vLLM, LM Studio, ...)."""
-
-    provider = "openai"
-
-    def __init__(self, config: dict) -> None:
-        super().__init__(config)
-        # OpenAI's newer models refuse max_tokens; servers that copy the API know max_tokens
-        self.bound = "max_tokens" if config.get("baseUrl") else "max_completion_tokens"
-
-    def _ask(self, user: str) -> str:
-        body = {"model": self.model, self.bound: MAX_OUTPUT_TOKENS,
-                "messages": [{"role": "system", "content": SYSTEM_PROMPT},
-                             {"role": "user", "content": user}]}
-        path = "/chat/completions" if self.http.base_url.endswith("/v1") \
-            else "/v1/chat/completions"
-        return self.http.post(path, body, self._bearer())["choices"][0]["message"]["content"]
-
-
-class OllamaContextualizer(Contextualizer):
-    provider = "ollama"
-
-    def __init__(self, config: dict) -> None:
-        super().__init__(config)
-        self.num_ctx: int = config.get("numCtx") or DEFAULT_NUM_CTX
-
-    def _ask(self, user: str) -> str:
-        body = {"model": self.model, "stream": False, "keep_alive": OLLAMA_KEEP_ALIVE,
-                "options": {"num_ctx": self.num_ctx, "num_predict": MAX_OUTPUT_TOKENS,
-                            "temperature": 0},
-                "messages": [{"role": "system", "content": SYSTEM_PROMPT},
-                             {"role": "user", "content": user}]}
-        return self.http.post("/api/chat", body, self._bearer())["message"]["content"]
+        return parse_answer(self.chat.ask(SYSTEM_PROMPT, user, MAX_OUTPUT_TOKENS), self.max_chars)
 
 
 def contextualizer_for(config: dict | None) -> Contextualizer | None:
     """The Contextualizer for a KB's `contextualizer` block; None for `none` or no block."""
     config = config or {}
-    provider = config.get("provider") or "none"
-    classes = {"anthropic": AnthropicContextualizer, "openai": OpenAIContextualizer,
-               "ollama": OllamaContextualizer}
-    if provider == "none":
+    if (config.get("provider") or "none") == "none":
         return None
-    if provider not in classes:
-        raise ValueError(f"contextualizer provider {provider!r} is not known; known providers: "
-                         f"{', '.join(PROVIDERS)}")
-    return classes[provider](config)
+    return Contextualizer(config)
 
 
-_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _LABEL = re.compile(r"^[\s>*#_-]*(context|keywords)\s*[*_]*\s*[:：]\s*[*_]*\s*", re.IGNORECASE)
 
 
@@ -245,7 +137,7 @@ def parse_answer(answer: str, max_chars: int) -> str:
     """The context and keyword lines of an answer, labels dropped, cut to `max_chars` at a
     word boundary. Tolerates markdown, a reasoning model's <think> block and a missing label
     (then the whole answer is the context); an empty answer is an error (retried later)."""
-    text = _THINKING.sub("", answer or "").replace("```", "")
+    text = chat.strip_thinking(answer or "").replace("```", "")
     labelled: dict[str, list[str]] = {}
     current = None
     for line in text.splitlines():

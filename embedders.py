@@ -324,9 +324,11 @@ def breaker_for(provider: str, base_url: str, model: str) -> Breaker:
 
 class HttpEmbedder(Embedder):
     """Shared HTTP plumbing: base URL, key from the environment, retries, error mapping
-    (contextualize.py reuses it for chat calls)."""
+    (chat.py reuses it for chat calls)."""
 
     config_block = "embedding"  # the config.json block that messages tell the user to fix
+    query_task = "embed the query"  # what a failed query did not do, in its message
+    query_threads = _query_threads  # where a query's request runs (chat.py has its own)
 
     def __init__(self, config: dict) -> None:
         super().__init__(config)
@@ -384,9 +386,10 @@ class HttpEmbedder(Embedder):
                                     f"variable {self.key_env} for linecite")
         return key
 
-    def _post(self, url: str, body: dict, headers: dict[str, str], query: bool = False) -> Any:
+    def _post(self, url: str, body: dict, headers: dict[str, str], query: bool = False,
+              limit: float = QUERY_TIMEOUT) -> Any:
         """POST JSON and return the decoded answer. Indexing retries what a wait can fix; a
-        query (a search waits on it) gets one try within QUERY_TIMEOUT."""
+        query (a search waits on it) gets one try within `limit` seconds."""
         import httpx
 
         if self._auth_error is not None:
@@ -398,10 +401,10 @@ class HttpEmbedder(Embedder):
         while True:
             attempt += 1
             try:
-                response = self._send(url, body, headers, query)
+                response = self._send(url, body, headers, query, limit)
             except (httpx.TimeoutException, WaitTimeout):
-                limit = QUERY_TIMEOUT if query else REQUEST_TIMEOUT
-                problem, wait = f"no answer within {limit:g} s", None
+                waited = limit if query else REQUEST_TIMEOUT
+                problem, wait = f"no answer within {waited:g} s", None
             except httpx.TransportError as err:
                 raise EmbedderUnreachable(
                     f"cannot reach {self.provider} at {self.base_url} ({type(err).__name__}); "
@@ -413,7 +416,7 @@ class HttpEmbedder(Embedder):
                 problem, wait = f"HTTP {response.status_code}", _retry_after(response)
             if query:
                 raise EmbedderUnreachable(
-                    f"{self.provider} at {self.base_url} did not embed the query ({problem}); "
+                    f"{self.provider} at {self.base_url} did not {self.query_task} ({problem}); "
                     f"start it, or check '{self.config_block}.baseUrl'")
             delay = wait if wait is not None else min(BACKOFF_MAX,
                                                       BACKOFF_FIRST * 2 ** (attempt - 1))
@@ -422,14 +425,15 @@ class HttpEmbedder(Embedder):
                                           f"{attempt} tries ({problem}); try again later")
             time.sleep(delay)
 
-    def _send(self, url: str, body: dict, headers: dict[str, str], query: bool) -> Any:
-        """One POST; a query's is bounded in total by QUERY_TIMEOUT (WaitTimeout), its thread
-        left to end at httpx's own timeouts."""
+    def _send(self, url: str, body: dict, headers: dict[str, str], query: bool,
+              limit: float) -> Any:
+        """One POST; a query's is bounded in total by `limit` (WaitTimeout), its thread left
+        to end at httpx's own timeouts."""
         if not query:
             return self._client.post(url, json=body, headers=headers)
-        future = _query_threads.submit(self._client.post, url, json=body, headers=headers,
-                                       timeout=QUERY_TIMEOUT)
-        return future.result(timeout=QUERY_TIMEOUT)
+        future = self.query_threads.submit(self._client.post, url, json=body, headers=headers,
+                                           timeout=limit)
+        return future.result(timeout=limit)
 
     def _raise_for(self, response: Any) -> None:
         """Raise for an answer a retry cannot fix; return for 429 and 5xx."""

@@ -15,35 +15,40 @@ Speed: `python -m bench speed extract`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
-from formats import READERS, supported
+from formats import READERS, reader_entry, supported
 from formats.base import Extracted, ExtractError, check_text_size, clean_lines
 
 __all__ = ["Extracted", "ExtractError", "extract", "reader_for", "supported"]
 
 
-def reader_for(suffix: str) -> Callable[[Path], Extracted] | None:
-    """The reader function for a suffix (lower case), its module imported on first use."""
-    entry = READERS.get(suffix)
+def reader_for(suffix: str,
+               text_extensions: Collection[str] = ()) -> Callable[[Path], Extracted] | None:
+    """The reader function for a suffix (lower case), its module imported on first use;
+    `text_extensions`: the KB's textExtensions, read as plain text."""
+    entry = reader_entry(suffix, text_extensions)
     if entry is None:
         return None
     module, function = entry
     return getattr(importlib.import_module(f"formats.{module}"), function)
 
 
-def extract(path: Path) -> Extracted:
-    """Pages of raw lines for `path`; raises ExtractError (only) for files we cannot read."""
+def extract(path: Path, text_extensions: Collection[str] = ()) -> Extracted:
+    """Pages of raw lines for `path`; raises ExtractError (only) for files we cannot read.
+    `text_extensions`: the KB's textExtensions, suffixes no reader claims read as plain text."""
     path = Path(path)
     if not path.is_file():
         what = ("is a folder, not a file" if path.is_dir() else
                 "is a device, pipe or socket, not a file" if path.exists() else "does not exist")
         raise ExtractError("not-found", f"{path} {what}; check the path.")
-    reader = reader_for(path.suffix.lower())
+    reader = reader_for(path.suffix.lower(), text_extensions)
     if reader is None:
         known = ", ".join(sorted(READERS))
-        raise ExtractError("unsupported-format", f"{path.name}: only {known} files are indexed.")
+        raise ExtractError("unsupported-format", f"{path.name}: only {known} files are indexed "
+                                                 "(a KB's textExtensions adds suffixes of plain "
+                                                 "text files).")
     try:
         result = reader(path)
     except OSError as exc:  # locked by another program (Windows), no permission, vanished

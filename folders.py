@@ -18,7 +18,7 @@ Layer: pipeline: what a folder sync would do, above the config layer, ignores.py
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,7 +62,8 @@ class SyncPlan:
 
 def discover(targets: list[Path], source_name: str | None = None,
              skipped: list[dict] | None = None, unlisted: list[Path] | None = None,
-             gitignore: bool = True, screen: bool = True) -> Iterator[tuple[Path, str]]:
+             text_extensions: Collection[str] = (), gitignore: bool = True,
+             screen: bool = True) -> Iterator[tuple[Path, str]]:
     """(file, source name) for each file to index: a file as named, a folder's files recursively.
 
     A folder's files are named `<prefix>/<relative path>` so two folders' `README.md` differ;
@@ -70,6 +71,7 @@ def discover(targets: list[Path], source_name: str | None = None,
     Links that lead out of the folder are not followed; they go to `skipped`, and so do the
     folders that could not be listed, which also go to `unlisted`. Given `unlisted`, every
     target is a folder (a KB's sourcePaths): one that is missing is unavailable, not a file.
+    `text_extensions`: the KB's textExtensions, which count as supported.
     A folder's .gitignore files are honoured unless `gitignore` is False, and its vendored,
     build, generated and binary files are left out (ignores.py; counted in `skipped`); with
     `screen` False the content rules (generated, binary) are left to the caller, who then
@@ -86,7 +88,8 @@ def discover(targets: list[Path], source_name: str | None = None,
             prefix = prefixes.pop(root, None)
             if prefix is None:  # the same folder named twice: its files once
                 continue
-            for path in _files_in(root, prefix, skipped, unlisted, gitignore, screen):
+            for path in _files_in(root, prefix, skipped, unlisted, text_extensions, gitignore,
+                                  screen):
                 name = _name(prefix, root, path)
                 if len(name) <= limits.MAX_NAME_CHARS:
                     yield path, name
@@ -129,7 +132,7 @@ def folder_prefixes(roots: list[Path]) -> dict[Path, str]:
 
 
 def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path],
-              gitignore: bool, screen: bool) -> list[Path]:
+              text_extensions: Collection[str], gitignore: bool, screen: bool) -> list[Path]:
     """The supported files under `root` (resolved) whose real path lies inside it: the rule
     ingest_file applies, so a link in a synced folder cannot serve /etc/passwd. Linked folders
     (symlinks, junctions) are never descended into: one leading out, or a loop, could reach any
@@ -190,7 +193,7 @@ def _files_in(root: Path, prefix: str, skipped: list[dict], unlisted: list[Path]
             if here_rules.ignored(path, is_dir=False):
                 left_out.add("gitignored", _name(prefix, root, path))
                 continue
-            if not extract.supported(path):
+            if not extract.supported(path, text_extensions):
                 unsupported.setdefault(path.suffix.lower() or "(none)", []).append(
                     _name(prefix, root, path))
                 continue
@@ -290,6 +293,7 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
     seen_paths: set[str] = set()  # os.path.normcase of every file found
     unlisted: list[Path] = []  # folders whose sources stay as they are
     for path, name in discover(folders, skipped=plan.skipped, unlisted=unlisted,
+                               text_extensions=kb.text_extensions,
                                gitignore=kb.respect_gitignore, screen=False):
         seen.add(name)
         seen_paths.add(os.path.normcase(path))

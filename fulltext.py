@@ -486,6 +486,16 @@ def chunks_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int
     return _chunks_where(conn, "id", rowids)
 
 
+def chunk_tokens(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, str]:
+    """The BM25 tokens (space-joined) of these chunks: what diversity compares without an
+    embedder."""
+    if not chunk_ids:
+        return {}
+    marks = ",".join("?" * len(chunk_ids))
+    return dict(conn.execute(f"SELECT chunk_id, tokens FROM chunks WHERE chunk_id IN ({marks})",
+                             list(chunk_ids)).fetchall())
+
+
 def fts_totals(conn: sqlite3.Connection) -> tuple[int, int]:
     """(rows, tokens) of chunks_fts, read from FTS5's averages record (rowid 1 of its data
     table: two varints), which is what bm25() itself uses; a count(*) of a million chunks

@@ -315,7 +315,7 @@ class Indexer:
         import extract
 
         try:
-            return extract.extract(path)
+            return extract.extract(path, self.kb.text_extensions)
         except extract.ExtractError as err:
             self._fail(src, err.reason, err.detail, summary)
         except Exception as err:  # a parser bug on a hostile file must not stop the run
@@ -334,7 +334,7 @@ class Indexer:
             self._fail(src, *_no_text(path, doc), summary)
             return
         noise = chunking.noise_lines(doc.pages)
-        chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.tokens)
+        chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.tokens, doc.layout)
         warnings = [limits.path_text(w) for w in doc.warnings]  # they may name the file
         warnings += [] if chunks or no_speech else [_no_chunks_warning(lines)]
         fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, warnings)
@@ -526,6 +526,7 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
     limits.check_name(source_name, "source name")
     skipped: list[dict] = []
     files = list(folders.discover(targets, source_name, skipped,
+                                  text_extensions=kb.text_extensions,
                                   gitignore=kb.respect_gitignore))
     _refuse_taken_names(kb, files)
     if inside is None and targets and all(t.is_dir() for t in targets):

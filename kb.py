@@ -22,11 +22,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import atomic
+import chat
 import contextualize as ctx
 import embedders
 import fulltext
 import fusion
 import limits
+import query_expansion as qe
+import rerank
+import titles
 
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
@@ -35,6 +39,8 @@ KB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 WINDOWS_RESERVED = re.compile(r"^(CON|PRN|AUX|NUL|COM[1-9]|LPT[1-9])(\..*)?$", re.IGNORECASE)
 PRUNING_PREFIX = ".pruning-"  # a KB folder renamed aside before it is deleted
 PRUNE_TRIES = 5  # rmtree attempts (with backoff) on a folder Windows still holds
+MAX_TEXT_EXTENSIONS = 100  # suffixes one KB's textExtensions may list
+TEXT_EXTENSION = re.compile(r"\.[A-Za-z0-9_+~-]{1,16}")  # ".adoc": a dot, then no dot
 # ---------------------------------------------------------------------------
 
 
@@ -51,6 +57,9 @@ class KnowledgeBase:
     contextualizer: dict = field(default_factory=dict)  # {} = provider none
     audio: dict = field(default_factory=dict)  # {} = faster-whisper, model from the machine
     search: dict = field(default_factory=dict)  # the validated `search` block (fusion)
+    query_expansion: dict = field(default_factory=dict)  # {} = provider none
+    rerank: dict = field(default_factory=dict)  # the validated `rerank` block; {} = none
+    text_extensions: list[str] = field(default_factory=list)  # lower case; read as plain text
     respect_gitignore: bool = True  # folder sync honours .gitignore files (ignores.py)
 
     @property
@@ -64,6 +73,10 @@ class KnowledgeBase:
             data["chromaUrl"] = self.chroma_url
         if self.search:
             data["search"] = self.search
+        if self.rerank:
+            data["rerank"] = self.rerank
+        if self.text_extensions:
+            data["textExtensions"] = self.text_extensions
         if not self.respect_gitignore:
             data["respectGitignore"] = False
         return data
@@ -113,7 +126,11 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
     return KnowledgeBase(kb_id, folder, str(data.get("name") or kb_id),
                          data.get("sourcePaths") or [], embedding, url,
                          data.get("contextualizer") or {}, data.get("audio") or {},
-                         data.get("search") or {}, data.get("respectGitignore") is not False)
+                         data.get("search") or {},
+                         query_expansion=data.get("queryExpansion") or {},
+                         rerank=data.get("rerank") or {},
+                         text_extensions=[e.lower() for e in data.get("textExtensions") or []],
+                         respect_gitignore=data.get("respectGitignore") is not False)
 
 
 def search_settings(kb: KnowledgeBase) -> dict:
@@ -122,7 +139,9 @@ def search_settings(kb: KnowledgeBase) -> dict:
     method = kb.search.get("fusion", fusion.DEFAULT_FUSION)
     weight = kb.search.get("vectorWeight",
                            fusion.default_weight(method, kb.embedding.get("provider")))
-    return {"fusion": method, "vector_weight": weight}
+    return {"fusion": method, "vector_weight": weight,
+            "title_weight": kb.search.get("titleWeight", titles.TITLE_WEIGHT),
+            "diversity": kb.search.get("diversity", 0.0)}
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -138,6 +157,9 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "audio": (dict, "an object"),
     "chromaUrl": (str, '"http://127.0.0.1:8001"'),
     "search": (dict, '{"fusion": "rrf"}'),
+    "queryExpansion": (dict, '{"provider": "none"}'),
+    "rerank": (dict, '{"provider": "none"}'),
+    "textExtensions": (list, '[".adoc", ".rst"]'),
     "respectGitignore": (bool, "true or false"),
 }
 
@@ -157,6 +179,9 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     _validate_contextualizer(data.get("contextualizer") or {}, path)
     _validate_audio(data.get("audio") or {}, path)
     _validate_search(data.get("search") or {}, path)
+    _validate_query_expansion(data.get("queryExpansion") or {}, path)
+    _validate_rerank(data.get("rerank") or {}, path)
+    _validate_text_extensions(data.get("textExtensions") or [], path)
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
@@ -196,12 +221,37 @@ def _validate_contextualizer(block: dict, path: Path) -> None:
         raise ConfigError(f"{path}: field 'contextualizer.model' is needed for provider "
                           f"{provider!r}; name the chat model, e.g. {EXAMPLE_LLMS[provider]!r}")
     bounds = {"batchSize": (1, ctx.MAX_BATCH), "concurrency": (1, ctx.MAX_CONCURRENCY),
-              "maxChars": ctx.MAX_CHARS_RANGE, "numCtx": ctx.NUM_CTX_RANGE}
+              "maxChars": ctx.MAX_CHARS_RANGE, "numCtx": chat.NUM_CTX_RANGE}
     for name, (low, high) in bounds.items():
         value = block.get(name)
         if value is not None and not low <= value <= high:
             raise ConfigError(f"{path}: field 'contextualizer.{name}' must be {low}-{high}, "
                               f"not {value}")
+
+
+def _validate_query_expansion(block: dict, path: Path) -> None:
+    """Check the `queryExpansion` block against query_expansion.CONFIG_FIELDS and its bounds."""
+    _check_fields("queryExpansion", block, qe.CONFIG_FIELDS, path)
+    provider = block.get("provider") or "none"
+    if provider not in qe.PROVIDERS:
+        raise ConfigError(f"{path}: field 'queryExpansion.provider' is {provider!r}; known "
+                          f"providers: {', '.join(qe.PROVIDERS)}")
+    if provider != "none" and not block.get("model"):
+        raise ConfigError(f"{path}: field 'queryExpansion.model' is needed for provider "
+                          f"{provider!r}; name the chat model, e.g. {EXAMPLE_LLMS[provider]!r}")
+    bounds = {"count": qe.COUNT_RANGE, "timeout": qe.TIMEOUT_RANGE,
+              "numCtx": chat.NUM_CTX_RANGE}
+    for name, (low, high) in bounds.items():
+        value = block.get(name)
+        if value is not None and (isinstance(value, bool) or not low <= value <= high):
+            raise ConfigError(f"{path}: field 'queryExpansion.{name}' must be {low:g}-{high:g}, "
+                              f"not {value}")
+    languages = block.get("languages") or []
+    if len(languages) > qe.MAX_LANGUAGES or not all(
+            isinstance(v, str) and 0 < len(v.strip()) <= qe.MAX_LANGUAGE_CHARS for v in languages):
+        raise ConfigError(f"{path}: field 'queryExpansion.languages' must hold up to "
+                          f"{qe.MAX_LANGUAGES} language codes or names of 1-"
+                          f"{qe.MAX_LANGUAGE_CHARS} characters, such as [\"ko\", \"en\"]")
 
 
 def _validate_audio(block: dict, path: Path) -> None:
@@ -248,21 +298,76 @@ def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> Non
     if url is not None and not re.match(r"^https?://[^/\s]+", url):
         raise ConfigError(f"{path}: field '{block_name}.baseUrl' must look like "
                           f"http://host:port, not {url!r}")
+SEARCH_WEIGHTS = {  # search block's 0-1 fields -> what 0 and 1 mean
+    "vectorWeight": ("BM25 only", "vectors only"),
+    "titleWeight": ("file names ignored", "file names only"),
+    "diversity": ("off", "novelty only"),
+}
+SEARCH_FIELDS = ("fusion", *SEARCH_WEIGHTS)
+
+
 def _validate_search(block: dict, path: Path) -> None:
-    """Check the `search` block: `fusion` one of fusion.FUSIONS, `vectorWeight` 0-1."""
+    """Check the `search` block: `fusion` one of fusion.FUSIONS, the weights 0-1."""
     for name in block:
-        if name not in ("fusion", "vectorWeight"):
+        if name not in SEARCH_FIELDS:
             raise ConfigError(f"{path}: field 'search.{name}' is not known; known fields: "
-                              "fusion, vectorWeight")
+                              f"{', '.join(SEARCH_FIELDS)}")
     method = block.get("fusion")
     if method is not None and method not in fusion.FUSIONS:
         raise ConfigError(f"{path}: field 'search.fusion' is {method!r}; use one of "
                           f"{', '.join(fusion.FUSIONS)}")
-    weight = block.get("vectorWeight")
-    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
-                               or not 0.0 <= weight <= 1.0):
-        raise ConfigError(f"{path}: field 'search.vectorWeight' must be a number from 0 (BM25 "
-                          f"only) to 1 (vectors only), not {weight!r}")
+    for name, (zero, one) in SEARCH_WEIGHTS.items():
+        weight = block.get(name)
+        if weight is not None and (isinstance(weight, bool) or
+                                   not isinstance(weight, (int, float)) or
+                                   not 0.0 <= weight <= 1.0):
+            raise ConfigError(f"{path}: field 'search.{name}' must be a number from 0 ({zero}) "
+                              f"to 1 ({one}), not {weight!r}")
+
+
+EXAMPLE_RERANKERS = {"cohere": "rerank-v3.5", "llm": "claude-haiku-4-5"}  # in the model error
+
+
+def _validate_rerank(block: dict, path: Path) -> None:
+    """Check the `rerank` block against rerank.CONFIG_FIELDS: a known provider, the model
+    where one is needed, chatProvider and numCtx only for `llm`, topN and timeout in bounds."""
+    _check_fields("rerank", block, rerank.CONFIG_FIELDS, path)
+    provider = block.get("provider") or "none"
+    if provider not in rerank.PROVIDERS:
+        raise ConfigError(f"{path}: field 'rerank.provider' is {provider!r}; known providers: "
+                          f"{', '.join(rerank.PROVIDERS)}")
+    if provider in EXAMPLE_RERANKERS and not block.get("model"):
+        raise ConfigError(f"{path}: field 'rerank.model' is needed for provider {provider!r}; "
+                          f"name the model, e.g. {EXAMPLE_RERANKERS[provider]!r}")
+    chat_provider = block.get("chatProvider")
+    if provider == "llm" and chat_provider not in chat.PROVIDERS:
+        raise ConfigError(f"{path}: field 'rerank.chatProvider' is {chat_provider!r}; provider "
+                          f"'llm' asks a chat model through one of {', '.join(chat.PROVIDERS)}")
+    for name in ("chatProvider", "numCtx"):
+        if provider != "llm" and block.get(name) is not None:
+            raise ConfigError(f"{path}: field 'rerank.{name}' is for provider 'llm' only; "
+                              f"remove it, or set 'rerank.provider' to \"llm\"")
+    bounds = {"topN": rerank.TOP_N_RANGE, "timeout": rerank.TIMEOUT_RANGE,
+              "numCtx": chat.NUM_CTX_RANGE}
+    for name, (low, high) in bounds.items():
+        value = block.get(name)
+        if value is not None and (isinstance(value, bool) or not low <= value <= high):
+            raise ConfigError(f"{path}: field 'rerank.{name}' must be {low:g}-{high:g}, not "
+                              f"{value}")
+
+
+def _validate_text_extensions(suffixes: list, path: Path) -> None:
+    """Check `textExtensions`: at most MAX_TEXT_EXTENSIONS suffixes like ".adoc". A suffix a
+    reader claims stays with that reader (formats.reader_entry), so a config keeps loading when
+    a later version reads one of its suffixes itself."""
+    if len(suffixes) > MAX_TEXT_EXTENSIONS:
+        raise ConfigError(f"{path}: field 'textExtensions' lists {len(suffixes)} suffixes; at "
+                          f"most {MAX_TEXT_EXTENSIONS} are allowed")
+    for suffix in suffixes:
+        if not isinstance(suffix, str) or not TEXT_EXTENSION.fullmatch(suffix):
+            raise ConfigError(f"{path}: field 'textExtensions' must hold suffixes such as "
+                              f"\".adoc\" (a dot, then 1-16 letters, digits, '_', '+', '~' or "
+                              f"'-'), not {suffix!r}")
 
 
 def check_chroma_url(url: str, where: str) -> None:

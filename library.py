@@ -12,6 +12,7 @@ Layer: surface: what the MCP tools do, above the pipeline and the queue; server.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import sys
@@ -103,6 +104,7 @@ class Library:
         self.base = base
         self._open: dict[str, OpenKB] = {}
         self._lock = threading.Lock()
+        self._rerankers: dict[str, object] = {}  # a `rerank` block's JSON -> its Reranker
 
     def close(self) -> None:
         for entry in self._open.values():
@@ -304,45 +306,112 @@ class Library:
         return out
 
     def search(self, query: str, top_k: int, mode: str, kb_id: str | None,
-               source: str | None) -> dict:
+               source: str | None, queries: list[str] | None = None,
+               diversity: float | None = None, expand: bool = True) -> dict:
+        import rerank
         import search
         from embedders import EmbedderMismatch
 
-        check_text(query, "query", limits.MAX_QUERY_CHARS, allow_newlines=True)
+        asked = self._check_queries(query, queries)
         limits.check_name(source, "source")
-        if not query.strip():
-            raise UserError("query is empty; pass the words, name or number to look for")
         kb = self.resolve(kb_id)
         if source is not None:
             source = self._source_name(kb, source)
+        expansion = self._expand(kb, asked) if expand and mode != "exact" else None
+        searched = expansion.queries if expansion else asked
         vector = mode in ("vector", "auto")
-        embedding, failure = self._query_vector(kb, query) if vector else (None, None)
+        vectors, failure = self._query_vectors(kb, searched) if vector else ({}, None)
         with self.reading(kb) as entry, entry.lock:  # no store is closed under a query
+            reranker = self._reranker(entry.kb) if mode != "exact" else None
+            wanted = max(top_k, reranker.top_n) if reranker else top_k
             searcher = self._searcher(entry, vector)
-            degraded = entry.vector_note if vector else None
+            problem = entry.vector_note if vector else None
             if mode == "vector" and entry.store is None:
-                raise UserError(degraded or f"knowledge base {kb!r} has no embedder (embedding "
+                raise UserError(problem or f"knowledge base {kb!r} has no embedder (embedding "
                                 "provider 'none'); use search_mode 'bm25', 'exact' or 'auto'")
-            fusion = kbmod.search_settings(entry.kb)  # the KB's `search` block
+            degraded = problem and f"vector leg unavailable, keyword results only: {problem}"
+            settings = kbmod.search_settings(entry.kb)  # the KB's `search` block
+            if diversity is not None:
+                settings["diversity"] = diversity
+            ask = {"variants": searched[1:], "source": source, **settings}
             try:
                 if failure is not None:
                     raise failure
-                hits = searcher.search(query, top_k, mode, source, embedding=embedding, **fusion)
+                hits = searcher.search(searched[0], wanted, mode, vectors=vectors, **ask)
             except search.VectorLegError as err:
                 if isinstance(err.__cause__, EmbedderMismatch):  # a dimension learnt just now
                     entry.vector_note = str(err.__cause__)  # listing and get_index_info say so
                 if mode != "auto":
                     raise UserError(f"vector search failed: {err}; use search_mode 'bm25' or "
                                     "'exact' meanwhile") from None
-                degraded = str(err)
-                hits = searcher.search(query, top_k, "bm25", source)
+                degraded = f"vector leg unavailable, keyword results only: {err}"
+                hits = searcher.search(searched[0], wanted, "bm25", **ask)
             note = entry.config_note
+        if reranker is not None:
+            hits, skipped = rerank.rerank_hits(reranker, searched[0], hits)
+            degraded = "; ".join(filter(None, [degraded, skipped])) or None
+        hits = hits[:top_k]
         result = {"kb_id": kb, "search_mode": mode, "hits": [h.to_json() for h in hits]}
+        if len(searched) > 1:
+            result["queries"] = searched  # a hit's `queries` are positions in this list
+        if expansion is not None and expansion.note:
+            result["expansion"] = expansion.note
         if degraded:
-            result["degraded"] = f"vector leg unavailable, keyword results only: {degraded}"
+            result["degraded"] = degraded
         if note:
             result["warning"] = note
         return result
+
+    def _reranker(self, kb: kbmod.KnowledgeBase):
+        """The KB's reranker (None without a `rerank` block), one per block: each holds an
+        HTTP client and its endpoint's failure pause."""
+        import rerank
+
+        key = json.dumps(kb.rerank, sort_keys=True)
+        if key not in self._rerankers:
+            self._rerankers[key] = rerank.reranker_for(kb.rerank)
+        return self._rerankers[key]
+
+    @staticmethod
+    def _check_queries(query: str, queries: list[str] | None) -> list[str]:
+        """The question and its other phrasings, each checked against the stated bounds
+        before any work; an empty `query` takes the first of `queries`."""
+        asked = [q for q in [query, *(queries or [])] if q.strip()] if queries else [query]
+        if queries is not None and len(queries) > limits.MAX_QUERIES:
+            raise UserError(f"queries holds {len(queries)} phrasings; send at most "
+                            f"{limits.MAX_QUERIES}")
+        for n, text in enumerate(asked):
+            check_text(text, "query" if n == 0 else "queries", limits.MAX_QUERY_CHARS,
+                       allow_newlines=True)
+        if not asked or not asked[0].strip():
+            raise UserError("query is empty; pass the words, name or number to look for")
+        return list(dict.fromkeys(asked))
+
+    def _expand(self, kb_id: str, asked: list[str]):
+        """The KB's query expansion of the question (None without a `queryExpansion`
+        block), with the agent's own phrasings after it. Made with no lock held: the LLM
+        is bounded by the block's timeout and falls back to the question alone."""
+        import query_expansion
+
+        with self.reading(kb_id) as entry:
+            expander = query_expansion.expander_for(entry.kb.query_expansion)
+            if expander is None:
+                return None
+            languages = query_expansion.languages_held(fulltext.script_samples(entry.conn))
+        expansion = expander.expand(asked[0], languages)
+        return query_expansion.Expansion(list(dict.fromkeys([*asked, *expansion.queries[1:]])),
+                                         expansion.note)
+
+    def _query_vectors(self, kb_id: str, queries: list[str]) -> tuple[dict, Exception | None]:
+        """Each query's vector (none without a store), or the first VectorLegError."""
+        vectors = {}
+        for query in queries:
+            vector, failure = self._query_vector(kb_id, query)
+            if failure is not None:
+                return {}, failure
+            if vector is not None:
+                vectors[query] = vector
+        return vectors, None
 
     def _query_vector(self, kb_id: str, query: str) -> tuple[list[float] | None, Exception | None]:
         """(the query's vector, None), (None, the VectorLegError why not) or (None, None) with
@@ -371,7 +440,7 @@ class Library:
             try:
                 with self.reading(kb_id) as entry:
                     words = fulltext.script_samples(entry.conn)
-                self.search(f"linecite {words}", 1, "auto", kb_id, None)
+                self.search(f"linecite {words}", 1, "auto", kb_id, None, expand=False)
             except Exception:  # noqa: BLE001 - a warm-up must never take the server down
                 continue
         loaded = [name for name in WARMED if name in sys.modules]

@@ -11,6 +11,8 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
   `convex`, `minmax` or `rrf` over every candidate of either leg.
 - Overlapping or adjacent chunks of one page merge into one hit (hits.py), and no single
   source fills the whole top 5 while another source scores close.
+- Document-aware (`auto`): each chunk's score is blended with how well its source's file name
+  matches the question (titles.py), so the right filing among look-alikes comes first.
 - `exact` mode: raw lines containing the query as a substring (names, codes, numbers).
 
 Layer: query: the two legs, their fusion (fusion.py) and merged hits; above storage, below
@@ -20,14 +22,15 @@ the server.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Literal
 
 import fulltext
 import limits
-from fusion import DEFAULT_FUSION, Candidate, Fusion, fuse
+import titles
+from fusion import DEFAULT_FUSION, RRF_K, Candidate, Fusion, fuse
 from hits import Hit, merge_into, with_text
 
 # ---------------------------------------------------------------------------
@@ -36,6 +39,8 @@ CANDIDATES = 50  # chunks taken from each leg before fusion
 DIVERSITY_TOP = 5  # in the first 5 hits ...
 DIVERSITY_MAX_PER_SOURCE = 4  # ... at most 4 from one source, if another scores close
 DIVERSITY_CLOSE = 0.5  # "close" = at least this share of the best score
+MMR_POOL = 3  # with `diversity`, hits considered per hit returned
+SAME_SOURCE_LIKENESS = 0.5  # with `diversity`, two hits of one source are at least this alike
 # ---------------------------------------------------------------------------
 
 
@@ -78,6 +83,21 @@ def _diversify(hits: list[Hit]) -> list[Hit]:
 
 
 
+def _across(lists: list[list[tuple[Candidate, float]]]) -> tuple[list[tuple[Candidate, float]],
+                                                                 dict[str, list[int]]]:
+    """Several questions' rankings as one, by reciprocal rank (k = RRF_K) over the chunks
+    each found (score above 0), and which questions (0-based) found each chunk."""
+    fused: dict[str, list] = {}
+    found_by: dict[str, list[int]] = {}
+    for n, ranked in enumerate(lists):
+        for rank, (cand, _) in enumerate((pair for pair in ranked if pair[1] > 0), 1):
+            entry = fused.setdefault(cand.row["chunk_id"], [cand, 0.0])
+            entry[1] += 1.0 / (RRF_K + rank)
+            found_by.setdefault(cand.row["chunk_id"], []).append(n)
+    ranked = sorted(((cand, score) for cand, score in fused.values()), key=lambda p: -p[1])
+    return ranked, found_by
+
+
 class Searcher:
     """Search one KB. The embedder and Chroma are only touched by a vector or hybrid search."""
 
@@ -92,18 +112,52 @@ class Searcher:
 
     def search(self, query: str, top_k: int = 10, mode: Mode = "auto", source: str | None = None,
                fusion: Fusion = DEFAULT_FUSION, vector_weight: float | None = None,
-               embedding: list[float] | None = None) -> list[Hit]:
-        """The hits; `embedding` is the query's vector when the caller made it already."""
+               embedding: list[float] | None = None,
+               title_weight: float = titles.TITLE_WEIGHT, diversity: float = 0.0,
+               variants: Sequence[str] = (),
+               vectors: Mapping[str, list[float]] | None = None) -> list[Hit]:
+        """The hits. `embedding` is the query's vector when the caller made it already;
+        `title_weight` the share of the file-name match in `auto` (titles.py; 0 = off);
+        `diversity` MMR's lambda (0 = only the per-source rule of _diversify); `variants`
+        more phrasings of the question, searched alike and fused with it by reciprocal rank
+        (`vectors` holds their embeddings when the caller made them)."""
+        queries = [query, *dict.fromkeys(v for v in variants if v != query)]
         if mode == "exact":
-            return self._exact(query, top_k, source)
+            return self._exact(queries, top_k, source)
+        vectors = {**(vectors or {}), **({query: embedding} if embedding else {})}
+        lists = [self._ranked(q, mode, source, fusion, vector_weight, vectors.get(q),
+                              title_weight) for q in queries]
+        ranked, found_by = (lists[0], None) if len(lists) == 1 else _across(lists)
+        pool = top_k * MMR_POOL if diversity > 0 else top_k + DIVERSITY_TOP
+        hits: list[Hit] = []
+        for cand, score in ranked:
+            if score <= 0:
+                break  # what neither leg supports is not a hit
+            row = cand.row
+            hit = Hit(row["chunk_id"], row["source"], row["page"], row["line_start"],
+                      row["line_end"], row["text"], score,
+                      {"bm25": cand.bm25_rank, "vector": cand.vector_rank}, [row["chunk_id"]],
+                      queries=found_by[row["chunk_id"]] if found_by else None)
+            if not merge_into(hits, hit):
+                hits.append(hit)
+            if len(hits) >= pool:
+                break
+        chosen = self._mmr(hits, top_k, diversity) if diversity > 0 else _diversify(hits)
+        return with_text(self.conn, chosen[:top_k], "\n".join(queries), self.tokenize)
+
+    def _ranked(self, query: str, mode: Mode, source: str | None, fusion: Fusion,
+                vector_weight: float | None, embedding: list[float] | None,
+                title_weight: float) -> list[tuple[Candidate, float]]:
+        """One question's candidates of both legs, best first, with their fused score."""
         use_bm25 = mode in ("auto", "bm25")
         use_vector = mode == "vector" or (mode == "auto" and self.store is not None)
         if use_vector and self.store is None:
             raise ValueError("this knowledge base has no embedder; use search_mode 'bm25'")
         candidates: dict[str, Candidate] = {}
         nearest = self._nearest(query, source, embedding) if use_vector else None
+        tokens = self.tokenize(query) if use_bm25 else []
         # every matching chunk's BM25, read once: the ranked leg and _complete both use it
-        bm25 = fulltext.bm25_all(self.conn, self.tokenize(query), source) if use_bm25 else {}
+        bm25 = fulltext.bm25_all(self.conn, tokens, source) if use_bm25 else {}
         if use_bm25:
             self._bm25_leg(bm25, candidates)
         if nearest is not None:
@@ -114,19 +168,63 @@ class Searcher:
         else:
             ranked = sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
                             key=lambda pair: -pair[1])
-        hits: list[Hit] = []
-        for cand, score in ranked:
-            if score <= 0:
-                break  # what neither leg supports is not a hit
-            row = cand.row
-            hit = Hit(row["chunk_id"], row["source"], row["page"], row["line_start"],
-                      row["line_end"], row["text"], score,
-                      {"bm25": cand.bm25_rank, "vector": cand.vector_rank}, [row["chunk_id"]])
-            if not merge_into(hits, hit):
-                hits.append(hit)
-            if len(hits) >= top_k + DIVERSITY_TOP:
-                break
-        return [with_text(self.conn, h) for h in _diversify(hits)[:top_k]]
+        if mode == "auto" and title_weight > 0:
+            ranked = self._with_titles(query, tokens, ranked, title_weight)
+        return ranked
+
+    def _mmr(self, hits: list[Hit], top_k: int, diversity: float) -> list[Hit]:
+        """Maximal marginal relevance: each next hit is the one whose relevance (its score over
+        the best) minus `diversity` times its likeness to a hit already chosen is highest.
+        Likeness is the cosine of the hits' best chunks' stored vectors (token overlap without
+        an embedder), and at least SAME_SOURCE_LIKENESS for two hits of one source: the
+        per-source rule of _diversify as one case of it."""
+        if len(hits) < 2:
+            return hits
+        likeness = self._likeness(hits)
+        best = hits[0].score or 1.0
+        chosen: list[int] = [0]
+        left = list(range(1, len(hits)))
+        while left and len(chosen) < top_k:
+            pick = max(left, key=lambda i: (1 - diversity) * hits[i].score / best
+                       - diversity * max(likeness[i][j] for j in chosen))
+            chosen.append(pick)
+            left.remove(pick)
+        return [hits[i] for i in chosen]
+
+    def _likeness(self, hits: list[Hit]) -> list[list[float]]:
+        import numpy as np
+
+        ids = [h.chunk_id for h in hits]
+        found, matrix = [], None
+        if self.store is not None:
+            with suppress(Exception):  # a store that fails here still leaves token overlap
+                found, matrix = self.store.vectors(ids)
+        if len(found) == len(set(ids)):
+            rows = matrix[[found.index(i) for i in ids]]
+            rows = rows / (np.linalg.norm(rows, axis=1, keepdims=True) + 1e-12)
+            alike = (rows @ rows.T).tolist()
+        else:
+            words = fulltext.chunk_tokens(self.conn, ids)
+            sets = [set(words.get(i, "").split()) for i in ids]
+            alike = [[len(a & b) / (len(a | b) or 1) for b in sets] for a in sets]
+        for i, a in enumerate(hits):
+            for j, b in enumerate(hits):
+                if a.source == b.source:
+                    alike[i][j] = max(alike[i][j], SAME_SOURCE_LIKENESS)
+        return alike
+
+    def _with_titles(self, query: str, tokens: list[str], ranked: list[tuple[Candidate, float]],
+                     weight: float) -> list[tuple[Candidate, float]]:
+        """Blend each chunk's score (over the best one's) with its source's title score; a
+        chunk no leg supports stays out (its score stays 0)."""
+        scores = titles.title_scores(query, tokens, (c.row["source"] for c, _ in ranked),
+                                     self.tokenize)
+        best = max((score for _, score in ranked), default=0.0)
+        if not scores or best <= 0:
+            return ranked
+        blended = [(c, (1 - weight) * score / best + weight * scores.get(c.row["source"], 0.0)
+                    if score > 0 else score) for c, score in ranked]
+        return sorted(blended, key=lambda pair: -pair[1])
 
     def _bm25_leg(self, bm25: Mapping[int, float], out: dict[str, Candidate]) -> None:
         for rank, (row, score) in enumerate(fulltext.top_chunks(self.conn, bm25, CANDIDATES), 1):
@@ -174,11 +272,14 @@ class Searcher:
             cand.cosine, cand.vector_rank = similarity, rank
         return embedding
 
-    def _exact(self, query: str, top_k: int, source: str | None) -> list[Hit]:
-        """Matching raw lines; consecutive matching lines of a page become one hit."""
+    def _exact(self, queries: list[str], top_k: int, source: str | None) -> list[Hit]:
+        """Lines holding any of the queries as written, in document order; consecutive
+        matching lines of a page become one hit."""
         hits: list[Hit] = []
-        rows = fulltext.exact_search(self.conn, query, top_k * 4, source,
-                                     width=limits.MAX_LINE_CHARS)
+        found = {(r["source"], r["page"], r["line"]): r for query in queries
+                 for r in fulltext.exact_search(self.conn, query, top_k * 4, source,
+                                                width=limits.MAX_LINE_CHARS)}
+        rows = [found[key] for key in sorted(found)]
         for rank, row in enumerate(rows, 1):
             line_cut = row["length"] > len(row["text"])
             text = row["text"] + (limits.CUT_MARK if line_cut else "")

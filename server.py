@@ -186,12 +186,25 @@ async def search(
     kb_id: KbId = None,
     source: Annotated[str | None, Field(description="Only search this source (a name from "
                                                     "list_sources)")] = None,
+    queries: Annotated[list[str] | None, Field(
+        max_length=limits.MAX_QUERIES,
+        description="Other phrasings of the same question, searched too and fused into one "
+                    "list: other words, or another language the documents may be in (at "
+                    f"most {limits.MAX_QUERIES}; each hit's `queries` says which found it)")
+    ] = None,
+    diversity: Annotated[float | None, Field(
+        ge=0.0, le=1.0, description="0 to 1: how much to prefer hits unlike those above them "
+                                    "(0 = by relevance only; default: the KB's setting)")
+    ] = None,
+    expand: Annotated[bool, Field(description="Let the KB's query expansion (if it has one) "
+                                              "add rewrites of the query")] = True,
 ) -> dict:
     """Find where something is said: hits with source, page, line_start, line_end and text.
 
     Read a hit's exact lines with read_range(source, page, line_start, line_end) before citing.
     """
-    return await run(ctx, lambda lib: lib.search(query, top_k, search_mode, kb_id, source))
+    return await run(ctx, lambda lib: lib.search(query, top_k, search_mode, kb_id, source,
+                                                 queries, diversity, expand))
 
 
 @mcp.tool(annotations=READ_ONLY)

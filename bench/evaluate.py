@@ -57,6 +57,7 @@ PDF_SETS = {  # name -> folder with pdfs/, questions_subset.jsonl and qrels_page
     "financebench": EVAL / "en" / "financebench-subset",
 }
 CUTOFF = 10  # nDCG@10, recall@10
+DOC_TOP = 3  # "right document in the top 3" (FinanceBench: the right filing among 36)
 HITS = 50  # hits asked of search() per query, so 10 distinct sources are almost always there
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "linecite-eval"
 # -----------------------------------------------------------------------------
@@ -209,6 +210,8 @@ METHODS: dict[str, dict] = {  # name -> search() arguments; "default" is set per
     "vector": {"mode": "vector"},
     "rrf": {"mode": "auto", "fusion": "rrf"},
     "default": {"mode": "auto"},
+    "no titles": {"mode": "auto", "title_weight": 0.0},  # the default without titles.py
+    **{f"mmr {d / 10:.1f}": {"mode": "auto", "diversity": d / 10} for d in (3, 5)},
     **{f"{fusion} w={w / 10:.1f}": {"mode": "auto", "fusion": fusion, "vector_weight": w / 10}
        for fusion in ("convex", "minmax") for w in range(1, 6)},
 }
@@ -219,7 +222,10 @@ def methods(kb: kbmod.KnowledgeBase, only: list[str] | None = None) -> dict[str,
     search of this KB gets: its weight depends on its embedder (search.default_weight)."""
     settings = kbmod.search_settings(kb)
     name = f"default ({settings['fusion']} {settings['vector_weight']})"
-    own = {**METHODS, "default": {"mode": "auto", **settings}}
+    own = {**METHODS, "default": {"mode": "auto", **settings},
+           "no titles": {"mode": "auto", **settings, "title_weight": 0.0},
+           **{name: {"mode": "auto", **settings, **METHODS[name]} for name in METHODS
+              if name.startswith("mmr")}}
     return {(name if key == "default" else key): kwargs for key, kwargs in own.items()
             if only is None or key in ("bm25", *only)}
 
@@ -259,29 +265,41 @@ def recall(ranking: list[str], relevant: dict[str, int]) -> float:
     return len(set(ranking[:CUTOFF]) & set(relevant)) / len(relevant)
 
 
+def document_in_top(ranking: list[str], relevant: dict[str, int], n: int = DOC_TOP) -> float:
+    """1.0 when a relevant document is among the first n ranked: for page keys
+    (`<document>#<page>`) the document of any page, so FinanceBench counts the right filing."""
+    wanted = {key.split("#")[0] for key in relevant}
+    return float(any(key.split("#")[0] in wanted for key in ranking[:n]))
+
+
+Score = tuple[float, float, float]  # nDCG@10, recall@10, right document in the top DOC_TOP
+
+
 def evaluate(searcher: search.Searcher, queries: dict[str, str], qrels: Qrels,
              key: Callable[[hits.Hit], str] = source_key,
-             methods: dict[str, dict] = METHODS) -> dict[str, list[tuple[float, float]]]:
-    """Per method, (nDCG@10, recall@10) of every query, in qrels order."""
-    scores: dict[str, list[tuple[float, float]]] = {name: [] for name in methods}
+             methods: dict[str, dict] = METHODS) -> dict[str, list[Score]]:
+    """Per method, the Score of every query, in qrels order."""
+    scores: dict[str, list[Score]] = {name: [] for name in methods}
     start = time.perf_counter()
     for n, (qid, relevant) in enumerate(qrels.items(), 1):
         for name, kwargs in methods.items():
             ranking = ranked(searcher, queries[qid], kwargs, key)
-            scores[name].append((ndcg(ranking, relevant), recall(ranking, relevant)))
+            scores[name].append((ndcg(ranking, relevant), recall(ranking, relevant),
+                                 document_in_top(ranking, relevant)))
         if n % 100 == 0 or n == len(qrels):
             print(f"  {n}/{len(qrels)} queries, {time.perf_counter() - start:.0f} s",
                   file=sys.stderr)
     return scores
 
 
-def table(scores: dict[str, list[tuple[float, float]]]) -> str:
-    """nDCG@10, recall@10, both as a ratio of BM25's, and queries ranked worse than BM25."""
+def table(scores: dict[str, list[Score]]) -> str:
+    """nDCG@10, recall@10, both as a ratio of BM25's, queries ranked worse and better than
+    BM25, and queries with the right document in the top DOC_TOP."""
     base = scores["bm25"]
     base_ndcg = sum(s[0] for s in base) / len(base)
     base_recall = sum(s[1] for s in base) / len(base)
     rows = [f"{'method':24} {'nDCG@10':>8} {'R@10':>7} {'nDCG/bm25':>10} {'R/bm25':>7} "
-            f"{'worse':>6} {'better':>6}"]
+            f"{'worse':>6} {'better':>6} {f'doc@{DOC_TOP}':>6}"]
     for name, per_query in scores.items():
         mean_ndcg = sum(s[0] for s in per_query) / len(per_query)
         mean_recall = sum(s[1] for s in per_query) / len(per_query)
@@ -289,7 +307,7 @@ def table(scores: dict[str, list[tuple[float, float]]]) -> str:
         better = sum(s[0] > b[0] + 1e-9 for s, b in zip(per_query, base, strict=True))
         rows.append(f"{name:24} {mean_ndcg:8.3f} {mean_recall:7.3f} "
                     f"{mean_ndcg / base_ndcg:10.3f} {mean_recall / base_recall:7.3f} "
-                    f"{worse:6d} {better:6d}")
+                    f"{worse:6d} {better:6d} {sum(s[2] for s in per_query):6.0f}")
     return "\n".join(rows)
 
 

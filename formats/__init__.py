@@ -5,22 +5,32 @@ one table of which suffix each reader claims.
 Layer: readers, between the dispatcher (extract.py, above) and the ground modules (paths,
 limits, atomic, safeopen, below). pdf, text, image (OCR of image files), office
 (DOCX/XLSX/PPTX), hwp (HWPX, HWP 5), ofd, legacy (DOC/XLS/PPT), markup (RTF, EPUB, ODF, HTML),
-mail (EML, MSG), audio (recordings); ocr (Tesseract and its cache), zipxml and pdflayout are
+mail (EML, MSG), audio (recordings), structured (JSON, YAML, TOML, INI, XML, CSV/TSV, logs,
+subtitles); ocr (Tesseract and its cache), zipxml and pdflayout are
 shared helpers of the readers. Importing this package loads no reader: extract.py imports one
 on first use, which keeps the server's start fast.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 # -----------------------------------------------------------------------------
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
 AUDIO_SUFFIXES = (".mp3", ".wav", ".m4a", ".ogg", ".flac", ".webm", ".mp4")
+STRUCTURED_SUFFIXES = {  # suffix -> its function in formats/structured.py
+    ".json": "extract_json", ".jsonl": "extract_jsonl", ".ndjson": "extract_jsonl",
+    ".yaml": "extract_yaml", ".yml": "extract_yaml", ".toml": "extract_toml",
+    ".ini": "extract_ini", ".cfg": "extract_ini", ".conf": "extract_ini",
+    ".xml": "extract_xml", ".csv": "extract_csv", ".tsv": "extract_csv",
+    ".log": "extract_log", ".srt": "extract_subtitles", ".vtt": "extract_subtitles",
+}
+PLAIN_TEXT = ("text", "extract_text")  # the reader of a KB's textExtensions
 READERS: dict[str, tuple[str, str]] = {  # suffix -> (module in formats/, its function)
     ".pdf": ("pdf", "extract_pdf"),
-    **dict.fromkeys(TEXT_SUFFIXES, ("text", "extract_text")),
+    **dict.fromkeys(TEXT_SUFFIXES, PLAIN_TEXT),
     ".hwpx": ("hwp", "extract_hwpx"), ".hwp": ("hwp", "extract_hwp"),
     ".ofd": ("ofd", "extract_ofd"),
     ".docx": ("office", "extract_docx"), ".xlsx": ("office", "extract_xlsx"),
@@ -33,10 +43,18 @@ READERS: dict[str, tuple[str, str]] = {  # suffix -> (module in formats/, its fu
     ".eml": ("mail", "extract_eml"), ".msg": ("mail", "extract_msg"),
     **dict.fromkeys(IMAGE_SUFFIXES, ("image", "extract_image")),
     **dict.fromkeys(AUDIO_SUFFIXES, ("audio", "extract_audio")),
+    **{suffix: ("structured", function) for suffix, function in STRUCTURED_SUFFIXES.items()},
 }
 # -----------------------------------------------------------------------------
 
 
-def supported(path: Path) -> bool:
-    """Whether some reader claims this file's suffix (case-insensitive)."""
-    return Path(path).suffix.lower() in READERS
+def reader_entry(suffix: str, text_extensions: Collection[str] = ()) -> tuple[str, str] | None:
+    """(module, function) reading files of this suffix (lower case): READERS' entry, else plain
+    text for a suffix the KB lists in `textExtensions` (kb.py checked them), else None."""
+    return READERS.get(suffix) or (PLAIN_TEXT if suffix in text_extensions else None)
+
+
+def supported(path: Path, text_extensions: Collection[str] = ()) -> bool:
+    """Whether some reader claims this file's suffix (case-insensitive); `text_extensions`: the
+    KB's textExtensions, read as plain text."""
+    return reader_entry(Path(path).suffix.lower(), text_extensions) is not None

@@ -15,6 +15,7 @@ import pytest
 from conftest import JsonApi
 from test_embedders import Provider
 
+import chat
 import chroma_store
 import contextualize
 import fulltext
@@ -175,7 +176,7 @@ def test_each_provider_speaks_its_format_and_the_context_is_searched_not_shown(
         else:
             assert "authorization" not in headers
             assert body["stream"] is False
-            assert body["options"]["num_ctx"] == contextualize.DEFAULT_NUM_CTX
+            assert body["options"]["num_ctx"] == chat.DEFAULT_NUM_CTX
 
     rows = chunk_rows(kb)
     model, prompt = contextualize.signature_of(kb.contextualizer)

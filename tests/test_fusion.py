@@ -132,10 +132,13 @@ def test_a_search_block_that_is_not_an_object_is_refused(tmp_path: Path) -> None
 def test_search_settings_default_to_search_py_and_take_the_kb_block(tmp_path: Path) -> None:
     kbmod.open_or_create(tmp_path, "docs")
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
-        "fusion": fusion.DEFAULT_FUSION, "vector_weight": 0.3}
+        "fusion": fusion.DEFAULT_FUSION, "vector_weight": 0.3, "title_weight": 0.3,
+        "diversity": 0.0}
     write_config(tmp_path, {"search": {"fusion": "convex", "vectorWeight": 0}})
     kb = kbmod.load(tmp_path, "docs")
-    assert kbmod.search_settings(kb) == {"fusion": "convex", "vector_weight": 0}
+    assert kbmod.search_settings(kb) == {"fusion": "convex", "vector_weight": 0,
+                                         "title_weight": 0.3,
+        "diversity": 0.0}
     assert kb.to_json()["search"] == {"fusion": "convex", "vectorWeight": 0}
 
 
@@ -148,7 +151,8 @@ def test_the_default_weight_follows_the_embedder(tmp_path: Path) -> None:
     openai = {"provider": "openai", "model": "m", "baseUrl": "http://127.0.0.1:9"}
     write_config(tmp_path, {"embedding": openai})
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
-        "fusion": "minmax", "vector_weight": 0.45}
+        "fusion": "minmax", "vector_weight": 0.45, "title_weight": 0.3,
+        "diversity": 0.0}
     write_config(tmp_path, {"embedding": openai, "search": {"vectorWeight": 0.2}})
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs"))["vector_weight"] == 0.2
     write_config(tmp_path, {"embedding": openai, "search": {"fusion": "convex"}})

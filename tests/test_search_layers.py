@@ -1,0 +1,174 @@
+"""The layer above the two legs, through Library.search on real files, the real tokenizer and
+SQLite, and 127.0.0.1 servers speaking the chat and rerank wire formats: several phrasings,
+query expansion, a rerank stage with its fallback, and MMR diversity."""
+
+import json
+import threading
+import time
+
+import pytest
+from conftest import JsonApi, shared_path
+
+import kb as kbmod
+import query_expansion as qe
+import rerank
+from ingest import ingest
+from library import Library, UserError
+
+ENGLISH = "which statistical models forecast time series with seasonal patterns"
+KOREAN = "계절성 시계열 예측 모델"
+STORY = "docs/ai-story.txt"
+
+
+class Chat(JsonApi):
+    """An OpenAI-compatible chat server answering `reply`; holds answers while `hold`."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply, self.hold = reply, False
+        self.release = threading.Event()
+        super().__init__()
+
+    def close(self) -> None:
+        self.release.set()
+        super().close()
+
+    def answer(self, path: str, headers: dict, body: dict) -> tuple[int, dict, dict]:
+        if self.hold:
+            self.release.wait(10)
+        return 200, {}, {"id": "c1", "object": "chat.completion", "created": 1,
+                         "model": body["model"], "choices": [{
+                             "index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": self.reply}}]}
+
+
+class Cohere(JsonApi):
+    """A cohere-format /v1/rerank that ranks the documents it is given last-first, or fails
+    with `status` when set."""
+
+    status = 200
+
+    def answer(self, path: str, headers: dict, body: dict) -> tuple[int, dict, dict]:
+        if self.status != 200:
+            return self.status, {}, {"message": "overloaded"}
+        n = len(body["documents"])
+        return 200, {}, {"results": [{"index": i, "relevance_score": (i + 1) / n}
+                                     for i in reversed(range(n))]}
+
+
+def library_with(tmp_path, files: dict, **config) -> Library:
+    """A BM25-only KB `docs` over these files (name -> path or text), with config blocks."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, content in files.items():
+        data = content.read_bytes() if hasattr(content, "read_bytes") else content.encode()
+        (folder / name).write_bytes(data)
+    base = tmp_path / "base"
+    kb = kbmod.open_or_create(base, "docs")
+    path = kb.folder / "config.json"
+    block = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**block, "embedding": {"provider": "none"}, **config}),
+                    encoding="utf-8")
+    summary = ingest(kbmod.load(base, "docs"), [folder])
+    assert summary.indexed == len(files), summary
+    return Library(base)
+
+
+@pytest.fixture
+def papers():
+    return {"tracemonkey.pdf": shared_path("corpus", "pdf", "en", "tracemonkey.pdf"),
+            "ai-story.txt": shared_path("corpus", "txt", "ko", "ai-story.txt")}
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    monkeypatch.setattr(qe, "_cache", qe._Lru(qe.CACHE_ENTRIES))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+
+def sources(result: dict, n: int = 3) -> list[str]:
+    return [hit["source"] for hit in result["hits"][:n]]
+
+
+def test_a_korean_phrasing_beside_the_english_one_finds_the_korean_page(tmp_path, papers):
+    lib = library_with(tmp_path, papers)
+    alone = lib.search(ENGLISH, 3, "auto", "docs", None)
+    assert STORY not in sources(alone)  # English words alone find the English paper
+    both = lib.search(ENGLISH, 3, "auto", "docs", None, queries=[KOREAN])
+    assert both["queries"] == [ENGLISH, KOREAN]
+    story = [hit for hit in both["hits"] if hit["source"] == STORY]
+    assert story and 1 in story[0]["queries"], both["hits"]
+    assert all(set(hit["queries"]) <= {0, 1} for hit in both["hits"])
+    assert "queries" not in alone and "queries" not in alone["hits"][0]
+
+
+def test_phrasings_are_bounded_before_any_work(tmp_path):
+    lib = library_with(tmp_path, {"a.txt": "alpha beta"})
+    with pytest.raises(UserError, match="at most 5"):
+        lib.search("alpha", 3, "auto", "docs", None, queries=["beta"] * 6)
+    with pytest.raises(UserError, match="queries"):
+        lib.search("alpha", 3, "auto", "docs", None, queries=["x" * 5000])
+
+
+def test_query_expansion_is_sent_cached_and_bounded(tmp_path, papers):
+    chat = Chat(f"1. {KOREAN}\n2. seasonal forecasting models")
+    try:
+        block = {"provider": "openai", "model": "m", "baseUrl": chat.url, "timeout": 1.0,
+                 "apiKeyPreset": "OpenAI"}
+        lib = library_with(tmp_path, papers, queryExpansion=block)
+        result = lib.search(ENGLISH, 3, "auto", "docs", None)
+        assert len(chat.requests) == 1 and ENGLISH in json.dumps(chat.requests[0]["body"])
+        assert KOREAN in result["queries"] and "expansion" not in result
+        assert STORY in [hit["source"] for hit in result["hits"]]
+        lib.search(ENGLISH, 3, "auto", "docs", None)
+        assert len(chat.requests) == 1  # the same question again: from the cache
+        lib.search(ENGLISH, 3, "auto", "docs", None, expand=False)
+        assert len(chat.requests) == 1
+        chat.hold = True
+        start = time.monotonic()
+        slow = lib.search("seasonal patterns in loops", 3, "auto", "docs", None)
+        assert time.monotonic() - start < 3.0
+        assert "expansion failed" in slow["expansion"] and slow["hits"]
+        assert "queries" not in slow
+    finally:
+        chat.close()
+
+
+def test_a_reranker_reorders_and_a_failing_one_leaves_the_fused_order(tmp_path, papers,
+                                                                      monkeypatch):
+    monkeypatch.setenv(rerank.embedders.BREAKER_PAUSE_ENV, "0")
+    api = Cohere()
+    try:
+        block = {"provider": "cohere", "model": "rr", "baseUrl": api.url, "topN": 5,
+                 "timeout": 2.0}
+        lib = library_with(tmp_path, papers, rerank=block)
+        api.status = 500  # first the fused order, as a reranker that fails leaves it
+        failed = lib.search("trace tree loop", 5, "bm25", "docs", None)
+        fused = [(h["page"], h["line_start"]) for h in failed["hits"]]
+        assert len(fused) == 5 and "rerank skipped" in failed["degraded"]
+        api.status = 200
+        reranked = lib.search("trace tree loop", 5, "bm25", "docs", None)
+        request = api.requests[-1]
+        assert request["body"]["query"] == "trace tree loop"
+        assert len(request["body"]["documents"]) == 5
+        assert [h["ranks"]["rerank"] for h in reranked["hits"]] == [1, 2, 3, 4, 5]
+        assert [(h["page"], h["line_start"]) for h in reranked["hits"]] == fused[::-1]
+        assert "degraded" not in reranked
+        api.status = 500
+        failed = lib.search("trace tree loop", 5, "bm25", "docs", None)
+        assert "rerank skipped" in failed["degraded"]
+        assert [h["ranks"].get("rerank") for h in failed["hits"]] == [None] * 5
+    finally:
+        api.close()
+
+
+def test_diversity_prefers_hits_unlike_those_above(tmp_path):
+    same = "The quarterly revenue grew in every region and segment this year."
+    other = "Revenue in one region fell after the plant closed."
+    lib = library_with(tmp_path, {"a.txt": same, "copy-of-a.txt": same, "b.txt": other})
+    by_relevance = lib.search("quarterly revenue region segment", 2, "bm25", "docs", None,
+                              diversity=0.0)
+    diverse = lib.search("quarterly revenue region segment", 2, "bm25", "docs", None,
+                         diversity=0.7)
+    assert {h["source"] for h in by_relevance["hits"]} == {"docs/a.txt", "docs/copy-of-a.txt"}
+    assert {h["source"] for h in diverse["hits"]} == {"docs/a.txt", "docs/b.txt"} or \
+        {h["source"] for h in diverse["hits"]} == {"docs/copy-of-a.txt", "docs/b.txt"}
