@@ -219,13 +219,15 @@ def _plural_s(word: str, at: int) -> bool:
 
 
 def _word_tokens(word: str) -> list[str]:
-    """A word (case kept), then its camelCase parts, each followed by its letter and digit
-    parts: utf8Decode -> utf8decode utf8 utf 8 decode; FY2022 -> fy2022 fy 2022."""
-    folded = word.casefold()
+    """A word (case kept) and its letter and digit parts (FY2022 -> fy2022 fy 2022), then
+    those of its camelCase parts it lacks: utf8Decode -> utf8decode utf 8 decode utf8. Only
+    added, never instead: QuickTime6 keeps quicktime, which the query "QuickTime" gives."""
+    out = _with_parts([word.casefold()])
     parts = _camel_parts(word)
-    if len(parts) == 1:
-        return _with_parts([folded])
-    return [folded, *_with_parts([part.casefold() for part in parts])]
+    if len(parts) > 1:
+        seen = set(out)
+        out += [tok for tok in _with_parts([part.casefold() for part in parts]) if tok not in seen]
+    return out
 
 
 def _compound_tokens(compound: str) -> tuple[str, ...]:

@@ -212,9 +212,10 @@ def test_identifier_forms_give_the_whole_and_its_words(text):
         ("getURLForID", ["geturlforid", "get", "url", "for", "id"]),
         ("XMLHttpRequest", ["xmlhttprequest", "xml", "http", "request"]),
         ("IOError", ["ioerror", "io", "error"]),
-        ("utf8Decode", ["utf8decode", "utf8", "utf", "8", "decode"]),  # parts get digit parts
+        ("utf8Decode", ["utf8decode", "utf", "8", "decode", "utf8"]),  # digit parts, then camel
         ("base64", ["base64", "base", "64"]),
-        ("Int32Array", ["int32array", "int32", "int", "32", "array"]),
+        ("Int32Array", ["int32array", "int", "32", "array", "int32"]),
+        ("QuickTime6", ["quicktime6", "quicktime", "6", "quick", "time6", "time"]),
         ("os.path.join", ["os", "path", "join"]),  # a dot separates, as before
         ("x_1 max-age", ["x1", "x", "1", "max", "age"]),  # two words by - are prose too
         ("iPhone mRNA IgG McDonald", ["iphone", "mrna", "igg", "mcdonald", "mc", "donald"]),
