@@ -87,6 +87,7 @@ def _word(exclude: str) -> str:
 
 @cache
 def _word_re(exclude: str = "") -> re.Pattern[str]:
+    """One word (see _word); compiled once per `exclude`."""
     return re.compile(_word(exclude))
 
 
