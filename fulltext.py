@@ -25,7 +25,7 @@ Layer: storage: the SQLite record (lines, chunks, states), below the pipeline an
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -589,41 +589,62 @@ EXACT_PREFIX_TERMS = 256  # trigrams a 1-2 character needle may start before a s
 EXACT_SCAN_FIRST = 4000  # lines a 1-2 character needle is first looked for in (~6 ms)
 _INDEXED = (" FROM lines_fts f JOIN lines l ON l.id = f.rowid JOIN sources s"
             " ON s.id = l.source_id WHERE lines_fts MATCH ?")
-_SCANNED = " JOIN sources s ON s.id = l.source_id WHERE instr(lower(l.text), lower(?)) > 0"
 
 
 def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
-                 source: str | None = None, width: int = 2000) -> list[dict]:
-    """Raw lines containing `needle` (case-insensitive), up to `limit` of them, in document
-    order, each cut to its first `width` characters (`length` holds the whole line's). The
-    first `limit` lines in storage order are the ones returned, whichever way they are found:
-    sorting every match by name first made a common needle read every line (2.5 s at 100,000
-    chunks, against 0.03 s when the search may stop at `limit`).
+                 source: str | None = None, width: int = 2000,
+                 case_sensitive: bool = False) -> list[dict]:
+    """Raw lines containing `needle`, up to `limit` of them, in document order, each cut to
+    its first `width` characters (`length` holds the whole line's). The first `limit` lines in
+    storage order are the ones returned, whichever way they are found: sorting every match by
+    name first made a common needle read every line (2.5 s at 100,000 chunks, against 0.03 s
+    when the search may stop at `limit`).
+
+    Case-insensitive unless `case_sensitive` (an identifier: getURL, not getUrl). The trigram
+    index is case-folded either way: it finds the candidate lines, the line check decides.
 
     A 1-2 character needle is first looked for in the first EXACT_SCAN_FIRST lines: a common
     one is found there at once, where asking the index which trigrams start with it reads
     their whole doclists ("e": 0.3 s at a million chunks, 0.5 ms this way)."""
     folded = needle.lower()
+    holds = (lambda text: needle in text) if case_sensitive else (
+        lambda text: folded in text.lower())
+    scanned = _scanned(needle, case_sensitive)
     rows = []
     if len(needle) < 3:
-        first = (" FROM lines l" + _SCANNED + " AND l.id <= coalesce((SELECT id FROM lines"
+        first = (" FROM lines l" + scanned + " AND l.id <= coalesce((SELECT id FROM lines"
                  " ORDER BY id LIMIT 1 OFFSET ?), 1 << 62)")
-        rows = _lines_holding(conn, first, [needle, EXACT_SCAN_FIRST], folded, limit, width,
+        rows = _lines_holding(conn, first, [needle, EXACT_SCAN_FIRST], holds, limit, width,
                               source)
     if len(rows) < limit:
         match = _trigram_match(folded) if len(needle) >= 3 else _short_match(conn, folded)
         if match is not None and match != "":  # lines holding every trigram of it
-            rows = _lines_holding(conn, _INDEXED, [match], folded, limit, width, source)
+            rows = _lines_holding(conn, _INDEXED, [match], holds, limit, width, source)
         elif match is None:  # common, or an index from before _m006: scan every line
-            rows = _lines_holding(conn, " FROM lines l" + _SCANNED, [needle], folded, limit,
-                                  width, source)  # instr's lower() is ASCII only: Python decides
+            rows = _lines_holding(conn, " FROM lines l" + scanned, [needle], holds, limit,
+                                  width, source)
     return sorted(rows, key=lambda row: (row["source"], row["page"], row["line"]))
 
 
-def _lines_holding(conn: sqlite3.Connection, tables: str, params: list, folded: str,
-                   limit: int, width: int, source: str | None) -> list[dict]:
-    """The first `limit` lines the query finds that hold `folded` (the trigrams may sit apart,
-    and instr() folds ASCII only: the line decides)."""
+def _scanned(needle: str, case_sensitive: bool) -> str:
+    """The condition of a scan of lines for `needle` (its one parameter): an instr() that lets
+    through every line the line check keeps, and few others. SQLite's lower() folds ASCII
+    only, so a needle with other letters is left to the line check when case does not count
+    (lower("É") is "É": the scan missed "école")."""
+    if case_sensitive:
+        test = "instr(l.text, ?) > 0"
+    elif needle.isascii():
+        test = "instr(lower(l.text), lower(?)) > 0"
+    else:
+        test = "? IS NOT NULL"
+    return " JOIN sources s ON s.id = l.source_id WHERE " + test
+
+
+def _lines_holding(conn: sqlite3.Connection, tables: str, params: list,
+                   holds: Callable[[str], bool], limit: int, width: int,
+                   source: str | None) -> list[dict]:
+    """The first `limit` lines the query finds for which `holds(line)` (the trigrams may sit
+    apart, instr() folds ASCII only and the index folds every case: the line decides)."""
     sql = "SELECT s.name AS source, l.page, l.line, l.text" + tables
     if source is not None:
         sql += " AND s.name = ?"
@@ -631,7 +652,7 @@ def _lines_holding(conn: sqlite3.Connection, tables: str, params: list, folded: 
     rows = []
     for row in conn.execute(sql, params):
         text = row["text"]
-        if folded in text.lower():
+        if holds(text):
             rows.append({"source": row["source"], "page": row["page"], "line": row["line"],
                          "text": text[:width], "length": len(text)})
             if len(rows) == limit:

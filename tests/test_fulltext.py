@@ -1,13 +1,20 @@
 """fulltext.sqlite3: replacing sources, embedding state, tombstones, exact search, read-only use."""
 
+import importlib.util
+import json
+import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 import chunking
 import fulltext
 import fulltext_schema
+import ingest
+import kb as kbmod
 import limits
+import segment
 
 
 def src(name: str, sha: str = "h1") -> fulltext.SourceFile:
@@ -254,3 +261,95 @@ def test_fts_totals_read_fts5s_own_row_and_token_counts_without_a_count(conn):
     assert (rows, tokens) == tuple(conn.execute(
         "SELECT count(*), sum(length(tokens) - length(replace(tokens, ' ', '')) + 1)"
         " FROM chunks").fetchone()) and tokens > 128 * 128  # a three-byte varint
+
+
+CASE_LINES = ["parseHttpResponse(raw)", "parsehttpresponse", "PARSEHTTPRESPONSE = 1",
+              "ParseHTTPResponse", "École", "école", "ab", "Ab", "AB", "aB x", ""]
+CASE_NEEDLES = ["parseHttp", "ParseHTTP", "HTTP", "parsehttpresponse", "École", "école", "Ab",
+                "a", "A", "B", "É", "x", "zz"]
+
+
+@pytest.mark.parametrize(("scan_first", "prefix_terms", "trigrams"), [
+    (fulltext.EXACT_SCAN_FIRST, fulltext.EXACT_PREFIX_TERMS, fulltext.EXACT_TRIGRAMS),
+    (0, 0, 1), (0, fulltext.EXACT_PREFIX_TERMS, 1)])
+def test_case_sensitive_exact_search_finds_only_that_case(conn, monkeypatch, scan_first,
+                                                          prefix_terms, trigrams):
+    # the trigram index is case-folded: every way of finding lines (the first lines scanned,
+    # the trigrams a short needle starts, a scan of every line, the trigrams of a long one)
+    # must leave the lines whose case matches, and only those
+    monkeypatch.setattr(fulltext, "EXACT_SCAN_FIRST", scan_first)
+    monkeypatch.setattr(fulltext, "EXACT_PREFIX_TERMS", prefix_terms)
+    monkeypatch.setattr(fulltext, "EXACT_TRIGRAMS", trigrams)
+    add(conn, "case.txt", [CASE_LINES])
+    for needle in CASE_NEEDLES:
+        want = [n for n, text in enumerate(CASE_LINES, 1) if needle in text]
+        got = [r["line"] for r in fulltext.exact_search(conn, needle, 50, case_sensitive=True)]
+        assert got == want, needle
+        folded = [n for n, text in enumerate(CASE_LINES, 1) if needle.lower() in text.lower()]
+        assert [r["line"] for r in fulltext.exact_search(conn, needle, 50)] == folded, needle
+
+
+def test_case_sensitive_limit_counts_only_lines_of_that_case(conn):
+    # the limit stops the search: lines that match only folded must not use it up
+    add(conn, "many.txt", [["getUrl()"] * 30 + ["getURL()"]])
+    rows = fulltext.exact_search(conn, "getURL", 1, case_sensitive=True)
+    assert [(r["line"], r["text"]) for r in rows] == [(31, "getURL()")]
+    assert [r["line"] for r in fulltext.exact_search(conn, "getURL", 2)] == [1, 2]
+
+
+# ---------------------------------------------------------------------------
+# identifiers in BM25 (issue 27), on real code indexed by the real pipeline
+
+def site_file(package: str, relative: str) -> Path:
+    """A file of an installed package (the venv's site-packages), or a skip."""
+    spec = importlib.util.find_spec(package)
+    path = Path(spec.origin).parent / relative if spec and spec.origin else None
+    if path is None or not path.is_file():
+        pytest.skip(f"{package}/{relative} is not installed (pip install -r requirements-dev.txt)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def code_kb(tmp_path_factory):
+    """httpx's CLI module (snake_case) and fontTools' TTFont (camelCase), indexed as text by
+    ingest.ingest into a KB without an embedder: .txt copies, so the text reader chunks them."""
+    files = [site_file("httpx", "_main.py"), site_file("fontTools", "ttLib/ttFont.py")]
+    base = tmp_path_factory.mktemp("code")
+    folder = base / "src"
+    folder.mkdir()
+    for path in files:
+        shutil.copyfile(path, folder / f"{path.parent.name}_{path.stem}.txt")
+    kb = kbmod.open_or_create(base / "kbs", "code")
+    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
+    config["embedding"] = {"provider": "none"}
+    (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    kb = kbmod.load(base / "kbs", "code")
+    assert ingest.ingest(kb, [folder]).indexed == 2
+    c = fulltext.connect(kb.fulltext_path, readonly=True)
+    yield c
+    c.close()
+
+
+def ranked(conn, query: str, limit: int = 5) -> list[str]:
+    return [row["text"] for row, _ in fulltext.bm25_search(conn, segment.tokens(query), limit)]
+
+
+def test_a_question_in_words_finds_a_camel_case_definition_first(code_kb):
+    # before identifiers were split, "get glyph order" ranked reorderGlyphs(new_glyph_order)
+    # first: getGlyphOrder was one token no word of the question matched
+    for query in ("get glyph order", "getGlyphOrder", "get_glyph_order"):
+        assert "def getGlyphOrder(" in ranked(code_kb, query)[0], query
+
+
+def test_any_spelling_of_a_snake_case_identifier_ranks_the_chunks_holding_it_first(code_kb):
+    # format_response_headers is defined once and called once: those two chunks come before
+    # any chunk that only shares its words, whichever way the identifier is spelled
+    holding = {row["text"] for row in code_kb.execute("SELECT text FROM chunks")
+               if "format_response_headers" in row["text"]}
+    assert len(holding) == 2
+    for query in ("format_response_headers", "formatResponseHeaders", "format-response-headers"):
+        assert set(ranked(code_kb, query, 2)) == holding, query
+    # in words it is found among the first hits (a caller and format_request_headers share
+    # the words); the words were split before, the whole token must not push it out
+    words = ranked(code_kb, "format response headers", 5)
+    assert any("def format_response_headers(" in text for text in words)

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
         ("배포를 시작합니다", ["배포", "시작"]),
         ("빠르게 들어봤다", ["빠르", "듣"]),  # verb/adjective stems, irregular 들어 -> 듣
         ("我们研究人工智能技术", ["我们", "研究", "人工", "智能", "人工智能", "技术"]),
-        ("Version 3.5 of e-mail_server", ["version", "3", "5", "of", "e", "mail", "server"]),
+        ("Version 3.5 of e-mail_server", ["version", "3", "5", "of", "emailserver", "e", "mail",
+                                         "server"]),  # joined by - and _: + the whole
         ("Ａ１ café ÉCOLE Straße", ["a1", "a", "1", "café", "école", "strasse"]),  # NFKC + casefold
         ("1,000억원을 3.5% 인상", ["1", "000", "억", "3", "5", "인상"]),
         (
@@ -97,7 +98,8 @@ def test_control_chars_emoji_and_surrogates_only_separate(text, expected):
 
 
 def test_tokens_survive_fts5_unicode61_unchanged():
-    text = "Version 3.5 e-mail_server café हिन्दी 배포를 人工智能 #태그 a@b.com ①② ｶﾀｶﾅ"
+    text = ("Version 3.5 e-mail_server café हिन्दी 배포를 人工智能 #태그 a@b.com ①② ｶﾀｶﾅ"
+            " parse_http_response getURLForID Straße_Größe")
     toks = tokens(text)
     assert all(unicodedata.category(ch)[0] in "LNM" for tok in toks for ch in tok), (
         "only letters, digits and marks"
@@ -187,3 +189,59 @@ def test_first_use_from_threads_loads_once_and_writes_nothing_to_stdout(tmp_path
         "loads": 1,
         "tokens": [["배포", "人工", "智能", "人工智能"]] * 4,
     }
+
+
+# ---------------------------------------------------------------------------
+# identifiers (issue 27): the whole identifier, then its words
+
+
+@pytest.mark.parametrize(
+    "text", ["parseHttpResponse", "parse_http_response", "ParseHTTPResponse",
+             "parse-http-response", "PARSE_HTTP_RESPONSE", "__parse_http_response__"]
+)
+def test_identifier_forms_give_the_whole_and_its_words(text):
+    # every spelling shares the whole token, so any of them finds the others; the words let
+    # a question in words find the code
+    assert tokens(text) == ["parsehttpresponse", "parse", "http", "response"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("HTTPServer", ["httpserver", "http", "server"]),  # an acronym ends before a word
+        ("getURLForID", ["geturlforid", "get", "url", "for", "id"]),
+        ("XMLHttpRequest", ["xmlhttprequest", "xml", "http", "request"]),
+        ("IOError", ["ioerror", "io", "error"]),
+        ("utf8Decode", ["utf8decode", "utf", "8", "decode", "utf8"]),  # digit parts, then camel
+        ("base64", ["base64", "base", "64"]),
+        ("Int32Array", ["int32array", "int", "32", "array", "int32"]),
+        ("QuickTime6", ["quicktime6", "quicktime", "6", "quick", "time6", "time"]),
+        ("os.path.join", ["os", "path", "join"]),  # a dot separates, as before
+        ("x_1 max-age", ["x1", "x", "1", "max", "age"]),  # two words by - are prose too
+        ("iPhone mRNA IgG McDonald", ["iphone", "mrna", "igg", "mcdonald", "mc", "donald"]),
+        ("RNAs SNPs PDFsToText", ["rnas", "snps", "pdfstotext", "pdfs", "to", "text"]),  # plural
+        ("COVID-19 e-mail state-of-the-art", ["covid", "19", "e", "mail", "stateoftheart",
+                                               "state", "of", "the", "art"]),
+        ("pages 1-2 on 2024-01-05", ["pages", "1", "2", "on", "2024", "01", "05"]),  # numbers
+        ("a-b-c-d-e-f-g-h-i", list("abcdefghi")),  # over JOINED_MAX_WORDS: words only
+        ("Straße_Größe", ["strassegrösse", "strasse", "grösse"]),  # casefolded after the cut
+    ],
+)
+def test_identifier_parts(text, expected):
+    assert tokens(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("API를 parseHttpResponse로 호출한다",
+         ["api", "parsehttpresponse", "parse", "http", "response", "호출"]),
+        ("Straße의 get_user_id를 호출", ["strasse", "getuserid", "get", "user", "id", "호출"]),
+        ("人工智能 parseHttpResponse 技术",
+         ["人工", "智能", "人工智能", "parsehttpresponse", "parse", "http", "response", "技术"]),
+    ],
+)
+def test_identifiers_beside_korean_and_chinese(text, expected):
+    # Korean and Chinese are segmented as before; the identifier beside them gets its words,
+    # in text order even where casefolding lengthens the text before it (ß -> ss)
+    assert tokens(text) == expected
