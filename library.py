@@ -307,7 +307,8 @@ class Library:
 
     def search(self, query: str, top_k: int, mode: str, kb_id: str | None,
                source: str | None, queries: list[str] | None = None,
-               diversity: float | None = None, expand: bool = True) -> dict:
+               diversity: float | None = None, expand: bool = True,
+               case_sensitive: bool = False) -> dict:
         import rerank
         import search
         from embedders import EmbedderMismatch
@@ -333,7 +334,8 @@ class Library:
             settings = kbmod.search_settings(entry.kb)  # the KB's `search` block
             if diversity is not None:
                 settings["diversity"] = diversity
-            ask = {"variants": searched[1:], "source": source, **settings}
+            ask = {"variants": searched[1:], "source": source, "case_sensitive": case_sensitive,
+                   **settings}
             try:
                 if failure is not None:
                     raise failure

@@ -115,15 +115,17 @@ class Searcher:
                embedding: list[float] | None = None,
                title_weight: float = titles.TITLE_WEIGHT, diversity: float = 0.0,
                variants: Sequence[str] = (),
-               vectors: Mapping[str, list[float]] | None = None) -> list[Hit]:
+               vectors: Mapping[str, list[float]] | None = None,
+               case_sensitive: bool = False) -> list[Hit]:
         """The hits. `embedding` is the query's vector when the caller made it already;
         `title_weight` the share of the file-name match in `auto` (titles.py; 0 = off);
         `diversity` MMR's lambda (0 = only the per-source rule of _diversify); `variants`
         more phrasings of the question, searched alike and fused with it by reciprocal rank
-        (`vectors` holds their embeddings when the caller made them)."""
+        (`vectors` holds their embeddings when the caller made them); `case_sensitive` is
+        for `exact` mode."""
         queries = [query, *dict.fromkeys(v for v in variants if v != query)]
         if mode == "exact":
-            return self._exact(queries, top_k, source)
+            return self._exact(queries, top_k, source, case_sensitive)
         vectors = {**(vectors or {}), **({query: embedding} if embedding else {})}
         lists = [self._ranked(q, mode, source, fusion, vector_weight, vectors.get(q),
                               title_weight) for q in queries]
@@ -272,13 +274,15 @@ class Searcher:
             cand.cosine, cand.vector_rank = similarity, rank
         return embedding
 
-    def _exact(self, queries: list[str], top_k: int, source: str | None) -> list[Hit]:
+    def _exact(self, queries: list[str], top_k: int, source: str | None,
+               case_sensitive: bool = False) -> list[Hit]:
         """Lines holding any of the queries as written, in document order; consecutive
         matching lines of a page become one hit."""
         hits: list[Hit] = []
         found = {(r["source"], r["page"], r["line"]): r for query in queries
                  for r in fulltext.exact_search(self.conn, query, top_k * 4, source,
-                                                width=limits.MAX_LINE_CHARS)}
+                                                width=limits.MAX_LINE_CHARS,
+                                                case_sensitive=case_sensitive)}
         rows = [found[key] for key in sorted(found)]
         for rank, row in enumerate(rows, 1):
             line_cut = row["length"] > len(row["text"])

@@ -198,13 +198,16 @@ async def search(
     ] = None,
     expand: Annotated[bool, Field(description="Let the KB's query expansion (if it has one) "
                                               "add rewrites of the query")] = True,
+    case_sensitive: Annotated[bool, Field(description="exact mode: match the query's case "
+                                                      "too (getURL, not getUrl)")] = False,
 ) -> dict:
     """Find where something is said: hits with source, page, line_start, line_end and text.
 
     Read a hit's exact lines with read_range(source, page, line_start, line_end) before citing.
     """
     return await run(ctx, lambda lib: lib.search(query, top_k, search_mode, kb_id, source,
-                                                 queries, diversity, expand))
+                                                 queries, diversity, expand,
+                                                 case_sensitive))
 
 
 @mcp.tool(annotations=READ_ONLY)

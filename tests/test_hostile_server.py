@@ -337,7 +337,7 @@ def test_chroma_url_must_be_http(tmp_path):
      "search: search_mode must be one of 'auto', 'bm25', 'vector' or 'exact'."),
     ("search", {"query": "x", "topk": 3},
      "search: search has no argument 'topk'; its arguments are: query, top_k, search_mode, "
-     "kb_id, source, queries, diversity, expand."),
+     "kb_id, source, queries, diversity, expand, case_sensitive."),
     ("search", {"top_k": 3}, "search: query is required."),
     ("read_range", {"source": "notes.txt", "page": 0}, "read_range: page must be at least 1."),
     ("read_range", {"source": "notes.txt", "page": "two"},

@@ -172,3 +172,11 @@ def test_diversity_prefers_hits_unlike_those_above(tmp_path):
     assert {h["source"] for h in by_relevance["hits"]} == {"docs/a.txt", "docs/copy-of-a.txt"}
     assert {h["source"] for h in diverse["hits"]} == {"docs/a.txt", "docs/b.txt"} or \
         {h["source"] for h in diverse["hits"]} == {"docs/copy-of-a.txt", "docs/b.txt"}
+
+
+def test_exact_mode_can_match_the_case_too(tmp_path):
+    lib = library_with(tmp_path, {"a.py.txt": "def getURL():\n    pass\n\ndef getUrl():\n    pass\n"})
+    folded = lib.search("getURL", 5, "exact", "docs", None)
+    cased = lib.search("getURL", 5, "exact", "docs", None, case_sensitive=True)
+    assert [h["line_start"] for h in folded["hits"]] == [1, 4]
+    assert [(h["line_start"], h["text"]) for h in cased["hits"]] == [(1, "def getURL():")]
