@@ -36,7 +36,9 @@ ALONE_CHARS = 200  # a definition this big is a chunk of its own; smaller ones p
 ERROR_SHARE = 0.3  # syntax errors on more of a file's lines: split at blank lines instead
 MAX_DEPTH = 60  # tree levels the splitter descends; deeper nodes are split by lines
 SYMBOL_DEPTH = 8  # tree levels below a piece searched for the definitions it holds
+SYMBOL_VISITS = 5000  # ... and nodes visited there at most (a minified line holds millions)
 MAX_SYMBOLS = 8  # symbol lines in one chunk's context
+ALTERNATES = {"c": ("cpp",)}  # grammars tried when a language's own one fails (C++ in .h)
 UNPREFIXED = {"java", "csharp", "kotlin", "scala", "swift", "php", "ruby", "cpp"}  # paths
 # start at their packages, namespaces and classes, not at the file's name (Hudson.getInstance)
 DEFINITIONS: dict[str, str] = {  # node type -> kind, over all grammars (types rarely clash)
@@ -122,13 +124,14 @@ def chunk_code(source: str, doc: Extracted, tokenize: Callable[[str], list[str]]
     for line in lines:
         sizes.append(sizes[-1] + len(line) + 1)
     root = module_name(source)
-    tree, why = _parse(doc.language, lines)
+    tree, grammar, why = _parse(doc.language, lines)
     if tree is None:
         doc.parser += "+lines"
         doc.warnings.append(f"split at blank lines, not on its syntax tree: {why}")
         pieces = _pack(_paragraphs(lines, ("file", root)), sizes)
     else:
-        doc.parser += "+tree-sitter"
+        doc.language = grammar  # a C++ header named .h
+        doc.parser = f"code:{grammar}+tree-sitter"
         prefix = "" if doc.language in UNPREFIXED else root
         pieces = _split(tree.root_node, ("file", prefix), sizes, 0)
     chunks: list[Chunk] = []
@@ -143,33 +146,48 @@ def chunk_code(source: str, doc: Extracted, tokenize: Callable[[str], list[str]]
 # ----------------------------------------------------------------------------- parsing
 
 def _parse(language: str, lines: Sequence[str]):
-    """(tree, "") or (None, why not): the package or grammar missing, or too many errors."""
+    """(tree, grammar, "") or (None, "", why not): the package or grammar missing, or too many
+    errors in every grammar the language may be (a `.h` file is C, else C++)."""
     try:
         from tree_sitter_language_pack import get_parser
     except ImportError:
-        return None, ("tree-sitter-language-pack is not installed (pip install -r "
-                      "requirements.txt -c constraints.txt)")
-    try:
-        parser = get_parser(language)
-    except Exception as err:  # LookupError, or a grammar built for another tree-sitter ABI
-        return None, f"no {language} grammar could be loaded ({type(err).__name__}: {err})"
-    tree = parser.parse("\n".join(lines).encode("utf-8", "surrogatepass"))
-    share = _error_rows(tree.root_node) / len(lines)
-    if share > ERROR_SHARE:
-        return None, f"syntax errors on {share:.0%} of its lines ({language} grammar)"
-    return tree, ""
+        return None, "", ("tree-sitter-language-pack is not installed (pip install -r "
+                          "requirements.txt -c constraints.txt)")
+    source = "\n".join(lines).encode("utf-8", "surrogatepass")
+    why, best = "", None  # best: (error share, grammar, tree)
+    for grammar in (language, *ALTERNATES.get(language, ())):
+        try:
+            parser = get_parser(grammar)
+        except Exception as err:  # LookupError, or a grammar built for another tree-sitter ABI
+            why = f"no {grammar} grammar could be loaded ({type(err).__name__}: {err})"
+            continue
+        tree = parser.parse(source)
+        share = _error_rows(tree.root_node) / len(lines)
+        if best is None or share < best[0]:
+            best = (share, grammar, tree)
+        if not share:
+            break
+    if best is not None and best[0] <= ERROR_SHARE:
+        return best[2], best[1], ""
+    if best is not None:
+        why = f"syntax errors on {best[0]:.0%} of its lines ({best[1]} grammar)"
+    return None, "", why
 
 
 def _error_rows(root) -> int:
-    """Rows covered by the outermost ERROR nodes; only subtrees with errors are visited."""
-    rows = 0
+    """Rows covered by ERROR and MISSING nodes; only subtrees with errors are visited."""
+    spans = []
     stack = [root]
     while stack:
         node = stack.pop()
         if node.type == "ERROR" or node.is_missing:
-            rows += node.end_point.row - node.start_point.row + 1
+            spans.append((node.start_point.row, node.end_point.row))
         elif node.has_error:
             stack += node.children
+    rows, reached = 0, -1
+    for first, last in sorted(spans):
+        rows += max(0, last - max(first, reached + 1) + 1)
+        reached = max(reached, last)
     return rows
 
 
@@ -248,8 +266,10 @@ def _symbols_in(node, scope: Symbol) -> list[Symbol]:
     """The definitions in a node (itself included), outermost first, SYMBOL_DEPTH deep."""
     found: list[Symbol] = []
     stack = [(node, scope, 0)]
-    while stack and len(found) < MAX_SYMBOLS:
+    visits = 0
+    while stack and len(found) < MAX_SYMBOLS and visits < SYMBOL_VISITS:
         current, within, depth = stack.pop()
+        visits += 1
         own = _definition(current, within)
         if own:
             found.append(own)
@@ -291,7 +311,8 @@ def _children(node, scope: Symbol, sizes: Sequence[int], depth: int) -> list[Pie
         first, last = _rows(child)
         if child.start_byte == child.end_byte:
             continue
-        big = _size(first, last, sizes) > MAX_CHARS and child.child_count and depth < MAX_DEPTH
+        big = _size(first, last, sizes) > MAX_CHARS and child.child_count and \
+            first < last and depth < MAX_DEPTH  # one long line is cut by chunking instead
         if big and _definition(child, scope):
             pieces += _split(child, scope, sizes, depth + 1)
         elif big:

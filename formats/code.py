@@ -40,7 +40,7 @@ INTERPRETERS: dict[str, str] = {  # a shebang's program (version digits dropped)
     **dict.fromkeys(("sh", "bash", "zsh", "ksh", "dash", "ash", "mksh"), "bash"),
     "pwsh": "powershell", "powershell": "powershell", "ruby": "ruby", "lua": "lua",
     "luajit": "lua", "rscript": "r", "php": "php", "scala": "scala", "dart": "dart",
-    "swift": "swift", "kotlin": "kotlin",
+    "swift": "swift", "kotlin": "kotlin", "uv": "python",  # `#!/usr/bin/env -S uv run --script`
 }
 SHEBANG_BYTES = 256  # a shebang line is read from at most this many leading bytes
 # -----------------------------------------------------------------------------

@@ -304,6 +304,7 @@ def test_line_numbers_survive_separators_editors_do_not_break_on(tmp_path):
     ("#!/usr/bin/env python3", "python"), ("#!/usr/bin/python3.12 -u", "python"),
     ("#!/bin/bash", "bash"), ("#!/usr/bin/env -S node --no-warnings", "javascript"),
     ("#!/usr/bin/env ruby", "ruby"), ("#!/usr/bin/env pwsh", "powershell"),
+    ("#!/usr/bin/env -S uv run --script", "python"),
     ("#!/usr/bin/env perl", None), ("# just a comment", None)])
 def test_a_file_without_extension_is_code_by_its_shebang(tmp_path, first_line, language):
     path = tmp_path / "tool"
@@ -343,6 +344,16 @@ def test_syntax_errors_and_a_missing_package_fall_back_to_blank_lines(tmp_path, 
     assert [(c.line_start, c.line_end) for c in chunks] == [(1, 6)]
 
 
+def test_a_cpp_header_named_h_is_read_with_the_cpp_grammar(tmp_path):
+    path = tmp_path / "widget.h"
+    path.write_text("#pragma once\nnamespace ui {\nclass Widget {\n public:\n  virtual ~Widget();"
+                    "\n  template <typename T> T get() const { return T(); }\n};\n}\n",
+                    encoding="utf-8")
+    doc, chunks = chunks_of(path)
+    assert doc.parser == "code:cpp+tree-sitter" and doc.language == "cpp"
+    assert {"class ui.Widget", "method ui.Widget.get"} <= named(chunks)
+
+
 # ----------------------------------------------------------------------------- real files
 
 def _stdlib(*parts: str) -> Path:
@@ -352,6 +363,8 @@ def _stdlib(*parts: str) -> Path:
     return path
 
 
+# json/decoder.py regression: a docstring opened in place (its escapes were its only
+# children) lost the lines between them, 29 lines in no chunk
 @pytest.mark.parametrize("parts", [("json", "decoder.py"), ("argparse.py",),
                                    ("venv", "scripts", "common", "Activate.ps1")])
 def test_standard_library_files_keep_their_lines_and_symbols(parts):
