@@ -106,11 +106,20 @@ def symbols(context: str) -> list[dict[str, str]]:
     return found
 
 
+def hit_fields(parser: str, context: str) -> dict[str, str]:
+    """What a hit on a code source adds: `language`, `kind`, `symbol` of the first symbol its
+    chunk holds (`parser` is its source's, `context` its chunk's own column, not the
+    contextualizer's); {} for any other source, whose context is a heading or header row."""
+    if not parser.startswith("code:"):
+        return {}
+    found = symbols(context)
+    return found[0] if found else {"language": parser[len("code:"):].split("+")[0]}
+
+
 def module_name(source: str) -> str:
     """The symbol path's root: the file's stem (a package's folder for `__init__.py`)."""
     path = PurePosixPath(source.replace("\\", "/"))
-    stem = path.name.split(".")[0] or path.name
-    return path.parent.name if stem == "__init__" and path.parent.name else stem
+    return path.parent.name if path.stem == "__init__" and path.parent.name else path.stem
 
 
 def chunk_code(source: str, doc: Extracted, tokenize: Callable[[str], list[str]]) -> list[Chunk]:

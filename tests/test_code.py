@@ -478,5 +478,12 @@ def test_ingest_and_search_a_folder_of_code_returns_the_function_and_its_lines(t
     assert (hit.source, hit.page, hit.line_start, hit.line_end) == ("repo/src/shapes.py", 1,
                                                                     start, start + 3)
     assert lines == source_lines[start - 1:start + 3]
-    assert codechunks.symbols(row["context"])[0] == {
+    assert codechunks.hit_fields(parsers[hit.source], row["context"]) == {
         "language": "python", "kind": "function", "symbol": "shapes.rotate_polygon"}
+
+
+def test_hit_fields_are_only_for_code_sources():
+    assert codechunks.hit_fields("text:utf-8", "2 Methods") == {}
+    assert codechunks.hit_fields("code:go+lines", "go file main\ngo function main.run") == {
+        "language": "go", "kind": "file", "symbol": "main"}
+    assert codechunks.hit_fields("code:sql+tree-sitter", "") == {"language": "sql"}
