@@ -306,7 +306,10 @@ def _split(node, scope: Symbol, sizes: Sequence[int], depth: int) -> list[Piece]
     (a body, a block) opened in place so its statements pack with the header above. The
     parts of a split definition stay apart from its neighbours."""
     inner = (_definition(node, scope) if depth else None) or scope
-    pieces = _pack(_attach(_merge_rows(_children(node, inner, sizes, depth)), sizes), sizes)
+    children = _children(node, inner, sizes, depth)
+    if not depth:  # the file: no line outside every node is left out
+        children = _filled(children, 0, len(sizes) - 2, inner, sizes)
+    pieces = _pack(_attach(_merge_rows(children), sizes), sizes)
     for piece in pieces:
         piece.alone = piece.alone or inner is not scope
     return pieces
@@ -325,7 +328,8 @@ def _children(node, scope: Symbol, sizes: Sequence[int], depth: int) -> list[Pie
         if big and _definition(child, scope):
             pieces += _split(child, scope, sizes, depth + 1)
         elif big:
-            pieces += _filled(_children(child, scope, sizes, depth + 1), first, last, scope)
+            pieces += _filled(_children(child, scope, sizes, depth + 1), first, last, scope,
+                              sizes)
         else:
             held = _symbols_in(child, scope)
             piece = Piece(first, last, held or [scope], defines=bool(held),
@@ -338,13 +342,15 @@ def _children(node, scope: Symbol, sizes: Sequence[int], depth: int) -> list[Pie
     return pieces
 
 
-def _filled(pieces: list[Piece], first: int, last: int, scope: Symbol) -> list[Piece]:
+def _filled(pieces: list[Piece], first: int, last: int, scope: Symbol,
+            sizes: Sequence[int]) -> list[Piece]:
     """A node opened in place, its rows that no child covers (a string's text between its
-    escapes) added as pieces, so every line of the node is in a chunk."""
+    escapes) added as pieces, so every line of the node is in a chunk; blank rows are not."""
     out: list[Piece] = []
     row = first
     for piece in [*pieces, Piece(last + 1, last + 1, [])]:
-        if piece.first > row:
+        blank = _size(row, piece.first - 1, sizes) == piece.first - row  # empty lines only
+        if piece.first > row and not blank:
             out.append(Piece(row, piece.first - 1, [scope]))
         row = max(row, piece.last + 1)
         out.append(piece)
