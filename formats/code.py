@@ -1,12 +1,12 @@
 """Source code: which files are code (by extension, or by shebang when a file has none), and
 the reader, which gives a code file as one page whose line N is line N of the file.
 
-Only "\\n", "\\r\\n" and a lone "\\r" end a line, as in editors, git and grep: U+2028/U+2029
-(which clean_lines would turn into line breaks, and Python's splitlines also \\v \\f \\x1c-\\x1e
-\\x85) become a space, so no line is renumbered; a form feed starts no page here. Tabs become
-one space and control characters go, as for every format (formats/base.py). The syntax tree
-is made at chunking (codechunks.py), not here: this module imports no parser, so
-formats/__init__.py can take its tables at import.
+Only "\\n", "\\r\\n" and a lone "\\r" end a line, as editors count them. U+2028 and
+U+2029 become a space (clean_lines would make them line breaks and renumber every later
+line); \\v, \\f and \\x85 are dropped like any control character, so neither they nor a form
+feed start a line or a page. Tabs become one space, as for every format (formats/base.py).
+The syntax tree is made at chunking (codechunks.py), not here: this module imports no
+parser, so formats/__init__.py can take its tables at import.
 
 Layer: reader (formats/), above formats/base.py and formats/text.py.
 """
