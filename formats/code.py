@@ -71,7 +71,13 @@ def script_language(path: Path) -> str | None:
             head = file.read(SHEBANG_BYTES)
     except OSError:
         return None
-    return shebang_language(head.split(b"\n", 1)[0].decode("utf-8", "replace").strip())
+    return head_language(head)
+
+
+def head_language(data: bytes) -> str | None:
+    """The language the shebang at the start of these bytes names (a file's, an attachment's)."""
+    first = data[:SHEBANG_BYTES].split(b"\n", 1)[0]
+    return shebang_language(first.decode("utf-8", "replace").strip())
 
 
 def language_of(path: Path) -> str | None:

@@ -487,3 +487,21 @@ def test_hit_fields_are_only_for_code_sources():
     assert codechunks.hit_fields("code:go+lines", "go file main\ngo function main.run") == {
         "language": "go", "kind": "file", "symbol": "main"}
     assert codechunks.hit_fields("code:sql+tree-sitter", "") == {"language": "sql"}
+
+
+def test_a_mailed_script_without_extension_is_indexed_by_its_shebang(tmp_path, monkeypatch):
+    from email.message import EmailMessage
+
+    message = EmailMessage()
+    message["Subject"] = "the deploy script"
+    message.set_content("Attached.")
+    message.add_attachment(b"#!/bin/sh\nmake deploy\n", maintype="application",
+                           subtype="octet-stream", filename="deploy")
+    message.add_attachment(b"just notes\n", maintype="application",
+                           subtype="octet-stream", filename="NOTES")
+    path = tmp_path / "mail.eml"
+    path.write_bytes(message.as_bytes())
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "NOTES").write_text("#!/bin/sh\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path / "elsewhere")  # a file of that name here must not count
+    assert [a.name for a in extract.extract(path).attachments] == ["deploy"]
