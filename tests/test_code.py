@@ -505,3 +505,12 @@ def test_a_mailed_script_without_extension_is_indexed_by_its_shebang(tmp_path, m
     (tmp_path / "elsewhere" / "NOTES").write_text("#!/bin/sh\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path / "elsewhere")  # a file of that name here must not count
     assert [a.name for a in extract.extract(path).attachments] == ["deploy"]
+
+
+def test_deep_nesting_is_split_by_lines_past_the_depth_bound(tmp_path):
+    depth = 5000  # far past MAX_DEPTH: the splitter stops descending, chunks stay bounded
+    path = tmp_path / "nest.js"
+    path.write_text("x = " + "[\n" * depth + "1" + "\n]" * depth + ";\n", encoding="utf-8")
+    doc, chunks = chunks_of(path)
+    assert_lines_are_the_files(path, doc, chunks)
+    assert max(len(c.text) for c in chunks) <= chunking.MAX_CHARS
