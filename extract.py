@@ -1,8 +1,9 @@
 """Turn one document into pages of raw lines: the unit every citation points at.
 
 Layer: the pipeline's first stage (file -> lines), above the format readers in formats/.
-`extract(path)` finds the reader formats.READERS names for the file's suffix (imported on
-first use), and returns its `Extracted(pages, parser)`: each page is a list of lines, and a
+`extract(path)` finds the reader formats.READERS names for the file's suffix (or, for a file
+without one, its `#!` line's language; imported on first use), and returns its
+`Extracted(pages, parser)`: each page is a list of lines, and a
 line number is the 1-based index into that page's text split on "\\n". Readers write only the
 OCR and transcript caches (formats/ocr.py, formats/audio.py).
 `ingest.py` stores these lines as they are and `read_range` serves them back, so the
