@@ -1,8 +1,9 @@
 """Turn one document into pages of raw lines: the unit every citation points at.
 
 Layer: the pipeline's first stage (file -> lines), above the format readers in formats/.
-`extract(path)` finds the reader formats.READERS names for the file's suffix (imported on
-first use), and returns its `Extracted(pages, parser)`: each page is a list of lines, and a
+`extract(path)` finds the reader formats.READERS names for the file's suffix (or, for a file
+without one, its `#!` line's language; imported on first use), and returns its
+`Extracted(pages, parser)`: each page is a list of lines, and a
 line number is the 1-based index into that page's text split on "\\n". Readers write only the
 OCR and transcript caches (formats/ocr.py, formats/audio.py).
 `ingest.py` stores these lines as they are and `read_range` serves them back, so the
@@ -18,7 +19,7 @@ import importlib
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from formats import READERS, reader_entry, supported
+from formats import READERS, reader_entry, reader_key, supported
 from formats.base import Extracted, ExtractError, check_text_size, clean_lines
 
 __all__ = ["Extracted", "ExtractError", "extract", "reader_for", "supported"]
@@ -43,7 +44,7 @@ def extract(path: Path, text_extensions: Collection[str] = ()) -> Extracted:
         what = ("is a folder, not a file" if path.is_dir() else
                 "is a device, pipe or socket, not a file" if path.exists() else "does not exist")
         raise ExtractError("not-found", f"{path} {what}; check the path.")
-    reader = reader_for(path.suffix.lower(), text_extensions)
+    reader = reader_for(reader_key(path), text_extensions)
     if reader is None:
         known = ", ".join(sorted(READERS))
         raise ExtractError("unsupported-format", f"{path.name}: only {known} files are indexed "

@@ -6,15 +6,18 @@ Layer: readers, between the dispatcher (extract.py, above) and the ground module
 limits, atomic, safeopen, below). pdf, text, image (OCR of image files), office
 (DOCX/XLSX/PPTX), hwp (HWPX, HWP 5), ofd, legacy (DOC/XLS/PPT), markup (RTF, EPUB, ODF, HTML),
 mail (EML, MSG), audio (recordings), structured (JSON, YAML, TOML, INI, XML, CSV/TSV, logs,
-subtitles); ocr (Tesseract and its cache), zipxml and pdflayout are
-shared helpers of the readers. Importing this package loads no reader: extract.py imports one
-on first use, which keeps the server's start fast.
+subtitles), code (source files, by extension or shebang); ocr (Tesseract and its cache), zipxml
+and pdflayout are shared helpers of the readers. Importing this package loads no reader (only
+code's tables, which import no parser): extract.py imports one on first use, which keeps the
+server's start fast.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
+
+from formats.code import LANGUAGES, script_language
 
 # -----------------------------------------------------------------------------
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
@@ -44,6 +47,7 @@ READERS: dict[str, tuple[str, str]] = {  # suffix -> (module in formats/, its fu
     **dict.fromkeys(IMAGE_SUFFIXES, ("image", "extract_image")),
     **dict.fromkeys(AUDIO_SUFFIXES, ("audio", "extract_audio")),
     **{suffix: ("structured", function) for suffix, function in STRUCTURED_SUFFIXES.items()},
+    **dict.fromkeys(LANGUAGES, ("code", "extract_code")),
 }
 # -----------------------------------------------------------------------------
 
@@ -54,7 +58,16 @@ def reader_entry(suffix: str, text_extensions: Collection[str] = ()) -> tuple[st
     return READERS.get(suffix) or (PLAIN_TEXT if suffix in text_extensions else None)
 
 
+def reader_key(path: Path) -> str:
+    """The READERS key for a file: its suffix (lower case); for a file without one whose `#!`
+    line names a known language (its first bytes are read: `deploy`, `manage`), a suffix of
+    that language; else ""."""
+    suffix = Path(path).suffix.lower()
+    language = None if suffix else script_language(Path(path))
+    return next((s for s, name in LANGUAGES.items() if name == language), suffix)
+
+
 def supported(path: Path, text_extensions: Collection[str] = ()) -> bool:
-    """Whether some reader claims this file's suffix (case-insensitive); `text_extensions`: the
-    KB's textExtensions, read as plain text."""
-    return reader_entry(Path(path).suffix.lower(), text_extensions) is not None
+    """Whether some reader claims this file (by suffix, case-insensitive, or shebang);
+    `text_extensions`: the KB's textExtensions, read as plain text."""
+    return reader_entry(reader_key(path), text_extensions) is not None

@@ -38,6 +38,7 @@ class Extracted:
     warnings: list[str] = field(default_factory=list)  # e.g. "ocr unavailable: ..."
     attachments: list = field(default_factory=list)  # mail.Attachment: ingest.py indexes each
     layout: str = ""  # "table": CSV, header row first; "sections": INI/TOML/YAML (chunking.py)
+    language: str = ""  # source code's language (formats/code.py): ingest.py chunks it on its tree
 
 
 class ExtractError(Exception):

@@ -46,6 +46,7 @@ from formats import (
     supported,  # which attachments a reader claims
 )
 from formats.base import Extracted, ExtractError, check_text_size, clean_lines, decode_text
+from formats.code import head_language
 
 # -----------------------------------------------------------------------------
 HEADERS = ("From", "To", "Cc", "Date", "Subject")  # the header lines, in this order
@@ -132,8 +133,8 @@ def _page(path: Path, headers: dict[str, str], body: list[str], attachments: lis
     if not any(line.strip() for line in body) and not headers.get("Subject") and not attachments:
         raise ExtractError("empty", f"{path.name} has no subject and no text; there is "
                                     "nothing to index.")
-    readable = [a for a in attachments
-                if a.pages is not None or (a.data and supported(Path(a.name)))]
+    readable = [a for a in attachments if a.pages is not None or (a.data and (
+        supported(Path(a.name)) if Path(a.name).suffix else head_language(a.data)))]
     warnings = []
     if len(readable) > MAX_ATTACHMENTS:
         warnings.append(f"{len(readable) - MAX_ATTACHMENTS} attachments past the first "

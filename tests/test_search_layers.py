@@ -175,7 +175,8 @@ def test_diversity_prefers_hits_unlike_those_above(tmp_path):
 
 
 def test_exact_mode_can_match_the_case_too(tmp_path):
-    lib = library_with(tmp_path, {"a.py.txt": "def getURL():\n    pass\n\ndef getUrl():\n    pass\n"})
+    code = "def getURL():\n    pass\n\ndef getUrl():\n    pass\n"
+    lib = library_with(tmp_path, {"a.py": code})
     folded = lib.search("getURL", 5, "exact", "docs", None)
     cased = lib.search("getURL", 5, "exact", "docs", None, case_sensitive=True)
     assert [h["line_start"] for h in folded["hits"]] == [1, 4]
