@@ -42,6 +42,7 @@ class Hit:
     best_lines: tuple[int, int] | None = None  # the best-ranked chunk's own lines (set here)
     merged_lines: tuple[int, int] | None = None  # set when the text shows only a window of them
     queries: list[int] | None = None  # with several phrasings: which ones found it (0-based)
+    code: dict[str, str] = field(default_factory=dict)  # language, kind, symbol (code sources)
 
     def __post_init__(self) -> None:
         if self.best_lines is None:
@@ -54,6 +55,7 @@ class Hit:
                "merged_chunk_ids": self.chunk_ids}
         if self.queries is not None:
             hit["queries"] = self.queries
+        hit.update(self.code)
         notes = []
         if self.merged_lines:
             first, last = self.merged_lines
@@ -172,6 +174,25 @@ def with_text(conn: sqlite3.Connection, hits: list[Hit], query: str,
             lines, shown = lines[first:last + 1], shown[first:last + 1]
         hit.text = "\n".join(lines)
         hit.cut = any(was_cut for _, was_cut in shown)
+    return _with_code(conn, hits)
+
+
+def _with_code(conn: sqlite3.Connection, hits: list[Hit]) -> list[Hit]:
+    """A hit on source code names its best chunk's language, kind and symbol path
+    (codechunks.py keeps them in the chunk's context); other hits are left as they are."""
+    ids = [h.chunk_id for h in hits if not h.chunk_id.startswith("line:")]
+    if not ids:
+        return hits
+    import codechunks
+
+    marks = ",".join("?" * len(ids))
+    rows = {row[0]: row[1:] for row in conn.execute(
+        "SELECT c.chunk_id, s.parser, c.context FROM chunks c JOIN sources s"
+        f" ON s.id = c.source_id WHERE c.chunk_id IN ({marks}) AND s.parser LIKE 'code:%'",
+        ids)}
+    for hit in hits:
+        if hit.chunk_id in rows:
+            hit.code = codechunks.hit_fields(*rows[hit.chunk_id])
     return hits
 
 

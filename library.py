@@ -482,6 +482,9 @@ class Library:
         with self.reading(kb_id) as entry:
             total = fulltext.counts(entry.conn)["sources"]
             sources = fulltext.list_sources(entry.conn, offset, limit)
+        for source in sources:
+            if str(source.get("parser", "")).startswith("code:"):  # code:python+tree-sitter
+                source["language"] = source["parser"][5:].split("+")[0]
         page = {"kb_id": entry.kb.id, "total": total, "offset": offset, "sources": sources}
         if offset + len(sources) < total:
             page["next_offset"] = offset + len(sources)

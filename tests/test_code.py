@@ -25,6 +25,7 @@ import extract
 import fulltext
 import ingest
 import kb as kbmod
+import library
 import search
 import segment
 from formats import code
@@ -320,9 +321,8 @@ def test_a_file_without_extension_is_code_by_its_shebang(tmp_path, first_line, l
 
 
 def test_shebang_scripts_are_collected_from_a_folder_and_others_are_skipped(tmp_path):
-    (tmp_path / "manage").write_text("#!/usr/bin/env python3\nprint(1)\n", encoding="utf-8")
-    (tmp_path / "LICENSE").write_text("MIT License\n", encoding="utf-8")
-    kb = make_kb(tmp_path, {})
+    kb = make_kb(tmp_path, {"manage": "#!/usr/bin/env python3\nprint(1)\n",
+                            "LICENSE": "MIT License\n"})
     summary = ingest.sync(kb)
     assert summary.indexed == 1
     assert any(s.get("extension") == "(none)" and s["files"] == 1 for s in summary.skipped)
@@ -480,6 +480,13 @@ def test_ingest_and_search_a_folder_of_code_returns_the_function_and_its_lines(t
     assert lines == source_lines[start - 1:start + 3]
     assert codechunks.hit_fields(parsers[hit.source], row["context"]) == {
         "language": "python", "kind": "function", "symbol": "shapes.rotate_polygon"}
+    shown = hit.to_json()  # what an agent sees: the hit names its symbol
+    assert (shown["language"], shown["kind"], shown["symbol"]) == \
+        ("python", "function", "shapes.rotate_polygon")
+    listed = library.Library(tmp_path / "base").list_sources("code")["sources"]
+    assert {s["name"]: s.get("language") for s in listed} == {
+        "repo/src/shapes.py": "python", "repo/web/cart.js": "javascript",
+        "repo/server.go": "go"}
 
 
 def test_hit_fields_are_only_for_code_sources():
