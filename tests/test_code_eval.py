@@ -1,0 +1,95 @@
+"""bench/code_eval.py on one real file (the standard library's textwrap.py, which nobody here
+wrote): the set removes the queries' docstrings and keeps every line number, and a known
+ranking scores as it should."""
+
+import ast
+import textwrap
+from pathlib import Path
+
+from bench import code_eval
+from hits import Hit
+
+REAL = Path(textwrap.__file__)
+TEXT = REAL.read_text(encoding="utf-8")
+
+
+def real_set() -> code_eval.CodeSet:
+    return code_eval.build_set({"textwrap.py": TEXT}, max_queries=5, max_identifiers=5)
+
+
+def test_set_blanks_query_docstrings_and_keeps_line_numbers():
+    built = real_set()
+    indexed = built.files["textwrap.py"]
+    original, copy = TEXT.split("\n"), indexed.split("\n")
+    assert len(copy) == len(original)
+    found = {d.qid: d for d in code_eval.definitions("textwrap.py", TEXT)}
+    assert len(built.searches) == 5
+    blanked: set[int] = set()
+    for query in built.searches:
+        definition = found[query.qid]
+        assert (query.first, query.last) == (definition.first, definition.last)
+        assert query.text == definition.sentence
+        assert len(query.text.split()) >= code_eval.MIN_QUERY_WORDS
+        first, last = definition.doc
+        assert all(not line for line in copy[first - 1:last])
+        assert query.text.split()[0] in "\n".join(original[first - 1:last])  # it was there
+        blanked |= set(range(first, last + 1))
+    assert any(original[n - 1] for n in blanked)
+    assert all(copy[n - 1] == original[n - 1] for n in range(1, len(original) + 1)
+               if n not in blanked)
+    ast.parse(indexed)  # still Python: code followed every blanked docstring
+    again = {d.qid: d for d in code_eval.definitions("textwrap.py", indexed)}
+    assert all((again[q.qid].first, again[q.qid].last) == (q.first, q.last)
+               for q in built.searches)
+    assert all(again[q.qid].doc is None for q in built.searches)
+
+
+def test_identifiers_answer_the_definition_line():
+    built = real_set()
+    assert len(built.identifiers) == 5
+    for query in built.identifiers:
+        line = TEXT.split("\n")[query.first - 1]
+        assert query.first == query.last
+        assert line.lstrip().startswith(("def ", "async def ", "class "))
+        assert f" {query.text}" in line
+
+
+def test_the_set_is_fixed():
+    assert real_set() == real_set()
+    more = code_eval.build_set({"textwrap.py": TEXT}, max_queries=6, max_identifiers=6)
+    assert {q.qid for q in real_set().searches} <= {q.qid for q in more.searches}
+
+
+def test_first_sentence_goes_on_past_abbreviations():
+    doc = "Preference folder, e.g. ``~/Library``.  Then more.\n\nSecond paragraph."
+    assert code_eval.first_sentence(doc) == "Preference folder, e.g. ``~/Library``."
+    assert code_eval.first_sentence("No stop\n    at all\n\nnext") == "No stop at all"
+
+
+def hit(source: str, first: int, last: int) -> Hit:
+    return Hit("c", source, 1, first, last, "", 1.0)
+
+
+def test_a_known_ranking_scores_right():
+    query = code_eval.Query("q", "words", "textwrap.py", 100, 120)
+    source = "pysrc/textwrap.py.txt"
+    ranking = [hit("pysrc/other.py.txt", 100, 120), hit(source, 60, 99), hit(source, 121, 140),
+               hit(source, 115, 160), hit(source, 100, 120)]
+    assert code_eval.scores(ranking, query, source) == (0.0, 1.0, 1 / 4)
+    assert code_eval.scores(ranking[:3], query, source) == (0.0, 0.0, 0.0)
+    late = [hit(source, 1, 2)] * 5 + [hit(source, 90, 100)]
+    assert code_eval.scores(late, query, source) == (0.0, 0.0, 1 / 6)
+    past_cutoff = [hit(source, 1, 2)] * code_eval.MRR_CUTOFF + [hit(source, 100, 100)]
+    assert code_eval.scores(past_cutoff, query, source) == (0.0, 0.0, 0.0)
+    assert code_eval.scores([hit(source, 120, 200)], query, source) == (1.0, 1.0, 1.0)
+
+
+def test_windows_cover_the_file_by_its_line_numbers():
+    lines = TEXT.split("\n")
+    lines[40:80] = [""] * 40  # a blank window is left out
+    chunks = code_eval.window_chunks("pysrc/textwrap.py.txt", lines)
+    assert [c.line_start for c in chunks[:2]] == [1, 81]
+    assert all(c.line_end - c.line_start == code_eval.WINDOW_LINES - 1 for c in chunks[:-1])
+    assert chunks[-1].line_end == len(lines)
+    assert all(c.text == "\n".join(lines[c.line_start - 1:c.line_end]) for c in chunks)
+    assert all(c.tokens for c in chunks)
