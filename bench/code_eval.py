@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import importlib.metadata
 import inspect
 import json
 import re
@@ -58,8 +59,9 @@ from bench import evaluate
 
 # -----------------------------------------------------------------------------
 SITE = Path(sysconfig.get_paths()["purelib"])  # the running venv's pure-Python packages
-PACKAGES = ("attr", "click", "dateutil", "h11", "jsonschema", "markdown_it", "packaging",
-            "pathspec", "platformdirs", "requests", "rich", "tenacity")  # pure Python, documented
+PACKAGES = ("attr", "click", "dateutil", "h11", "httpx", "jsonschema", "markdown_it",
+            "packaging", "platformdirs", "requests", "rich", "tenacity")  # pure Python, pinned
+# in constraints.txt (linecite's own dependencies and theirs), with docstrings
 SKIP_PARTS = ("tests", "test", "_vendor", "vendor", "__pycache__")  # folders left out
 MAX_FILE_BYTES = 200_000  # a larger .py file is left out (generated tables, not code to find)
 MAX_FILES = 1000  # of all packages together; more is an error, not a silent cut
@@ -235,6 +237,13 @@ def build_set(files: dict[str, str], max_queries: int = MAX_QUERIES,
     identifiers = [Query(d.qid, d.name, d.path, d.head, d.head)
                    for d in identifier_queries(found, max_identifiers)]
     return CodeSet(indexed, searches, identifiers, len(found))
+
+
+def versions(packages: tuple[str, ...]) -> str:
+    """`name version` of each package's distribution: the figures hold for these versions."""
+    dists = importlib.metadata.packages_distributions()
+    return ", ".join(f"{dist} {importlib.metadata.version(dist)}"
+                     for package in packages for dist in dists.get(package, [package])[:1])
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -427,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                                          "identifiers": [asdict(q) for q in
                                                          code_set.identifiers]}, indent=1),
                              encoding="utf-8")
-    lines = []
+    lines = [f"code set: {len(code_set.files)} files of {versions(PACKAGES)}", ""]
     for chunker in args.chunkers:
         lines += run(build(code_set, chunker, args.cache, args.embedding), code_set, args.split)
     print("\n".join(lines))

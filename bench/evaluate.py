@@ -282,7 +282,7 @@ def table(scores: dict[str, list[tuple[float, ...]]],
     base = scores["bm25"]
     base_means = [sum(s[i] for s in base) / len(base) for i in range(len(names))]
     rows = [f"{'method':24} " + " ".join(f"{name:>8}" for name in names) + " "
-            + " ".join(f"{name.split('@')[0] + '/bm25':>10}" for name in names)
+            + " ".join(f"{name + '/bm25':>12}" for name in names)
             + f" {'worse':>6} {'better':>6}"]
     for name, per_query in scores.items():
         means = [sum(s[i] for s in per_query) / len(per_query) for i in range(len(names))]
@@ -291,7 +291,7 @@ def table(scores: dict[str, list[tuple[float, ...]]],
         ratios = [mean / b if b else float("nan")
                   for mean, b in zip(means, base_means, strict=True)]
         rows.append(f"{name:24} " + " ".join(f"{mean:8.3f}" for mean in means) + " "
-                    + " ".join(f"{ratio:10.3f}" for ratio in ratios)
+                    + " ".join(f"{ratio:12.3f}" for ratio in ratios)
                     + f" {worse:6d} {better:6d}")
     return "\n".join(rows)
 
