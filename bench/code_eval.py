@@ -64,9 +64,9 @@ PACKAGES = ("attr", "click", "dateutil", "h11", "httpx", "jsonschema", "markdown
 # in constraints.txt (linecite's own dependencies and theirs), with docstrings
 SKIP_PARTS = ("tests", "test", "_vendor", "vendor", "__pycache__")  # folders left out
 MAX_FILE_BYTES = 200_000  # a larger .py file is left out (generated tables, not code to find)
-MAX_FILES = 1000  # of all packages together; more is an error, not a silent cut
-MAX_QUERIES = 400  # code-search queries, dev and test together
-MAX_IDENTIFIERS = 300  # identifier queries, dev and test together
+MAX_FILES = 2000  # of all packages together; more is an error, not a silent cut
+LIMITS = {"python": (400, 300), "javascript": (200, 150)}  # (code-search, identifier) queries
+# of each language, dev and test together
 MIN_QUERY_WORDS = 4  # a shorter first sentence ("Return the value.") says too little
 MAX_QUERY_CHARS = 300  # a longer first sentence is a paragraph without a full stop
 MIN_NAME_CHARS = 4  # shorter names (`get`, `run`) are words, not identifiers
@@ -75,6 +75,11 @@ CUTOFFS = (1, 5)  # hit@k reported
 MRR_CUTOFF = 10  # MRR@10; also the hits asked of search() per query
 COPY_FOLDER = "pysrc"  # the copies' folder, so source names are `pysrc/<package>/<file>`
 CHUNKERS = ("windows", "default")
+_JS_FUNCTION = re.compile(  # a named function or a class's method on a line of its own
+    r"(?P<indent>\s*)(?:export\s+)?(?:(?:static|async|get|set)\s+)*"
+    r"(?:function\s*\*?\s*(?P<function>[A-Za-z_$][\w$]*)|#?(?P<method>[A-Za-z_$][\w$]*))"
+    r"\s*\([^)]*\)\s*\{\s*$")
+_JS_KEYWORDS = frozenset(("if", "for", "while", "switch", "catch", "function", "return"))
 _FULL_STOP = re.compile(r"(?<=\.)(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\betc\.)\s")  # "e.g. x" goes on
 # -----------------------------------------------------------------------------
 
@@ -144,10 +149,33 @@ def package_files(site: Path, packages: tuple[str, ...]) -> dict[str, str]:
                 continue
             if text.strip() and "\f" not in text:  # a form feed would start a text page
                 files[rel.as_posix()] = text
-    if len(files) > MAX_FILES:
-        raise SystemExit(f"{len(files)} files in {', '.join(packages)}: over MAX_FILES "
-                         f"({MAX_FILES}); name fewer packages")
     return files
+
+
+def js_files(root: Path) -> dict[str, str]:
+    """`js/<folder>/<path>` -> text of every qualifying .js file under `root` (--js), in path
+    order: nested node_modules, tests, minified files and `esm` builds (the twins of the
+    CommonJS ones, whose comments would make every query ambiguous) left out."""
+    if not root.is_dir():
+        raise SystemExit(f"--js {root}: no such folder; give a folder of JavaScript packages")
+    files: dict[str, str] = {}
+    for path in sorted(root.rglob("*.js")):
+        rel = path.relative_to(root)
+        if set(rel.parts[:-1]) & {*SKIP_PARTS, "node_modules", "esm"} \
+                or path.name.endswith(".min.js") \
+                or path.stat().st_size > MAX_FILE_BYTES:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        if text.strip() and "\f" not in text:
+            files[f"js/{root.name}/{rel.as_posix()}"] = text
+    return files
+
+
+def language(path: str) -> str:
+    return "javascript" if path.endswith(".js") else "python"
 
 
 def first_sentence(doc: str) -> str:
@@ -191,12 +219,44 @@ def definitions(path: str, text: str) -> list[Definition]:
     return found
 
 
+def js_definitions(path: str, text: str) -> list[Definition]:
+    """The functions and methods of a JavaScript file that follow a JSDoc comment, by a
+    stated rule for formatted code: the `/** ... */` block ends on the line before the
+    function's, and the function ends at the first later line that is its indentation and `}`.
+    """
+    lines = text.split("\n")
+    found: list[Definition] = []
+    opened = 0
+    for n, line in enumerate(lines, 1):
+        if line.strip().startswith("/**"):
+            opened = n
+        elif opened and line.strip() == "*/" and n < len(lines):
+            head = _JS_FUNCTION.fullmatch(lines[n])
+            name = head and (head["function"] or head["method"])
+            end = head and _js_end(lines, n + 1, head["indent"])
+            if name and name not in _JS_KEYWORDS and end:
+                doc = "\n".join(re.sub(r"^\s*/?\*+/?\s?", "", text)
+                                 for text in lines[opened - 1:n])
+                sentence = first_sentence(doc.split("\n@", 1)[0].split("\n\n@", 1)[0])
+                found.append(Definition(path, name, "method" if head["method"] else "function",
+                                        n + 1, n + 1, end, (opened, n), sentence, True))
+            opened = 0
+    return found
+
+
+def _js_end(lines: list[str], head: int, indent: str) -> int | None:
+    """The line of the function's closing brace, None when the rule finds none."""
+    closing = re.compile(re.escape(indent) + r"\}[;,)]*\s*")
+    return next((n for n in range(head + 1, len(lines) + 1) if closing.fullmatch(lines[n - 1])),
+                None)
+
+
 def _by_hash(items: list[Definition], limit: int) -> list[Definition]:
     """A fixed sample: the `limit` items of smallest SHA-256 of their query id."""
     return sorted(items, key=lambda d: hashlib.sha256(d.qid.encode()).hexdigest())[:limit]
 
 
-def search_queries(found: list[Definition], limit: int = MAX_QUERIES) -> list[Definition]:
+def search_queries(found: list[Definition], limit: int) -> list[Definition]:
     """The functions whose docstring makes a query (see the module docstring)."""
     usable = [d for d in found if d.kind != "class" and d.doc and d.code_after_doc
               and len(d.sentence.split()) >= MIN_QUERY_WORDS
@@ -207,7 +267,7 @@ def search_queries(found: list[Definition], limit: int = MAX_QUERIES) -> list[De
     return _by_hash([d for d in usable if shared[d.sentence.lower()] == 1], limit)
 
 
-def identifier_queries(found: list[Definition], limit: int = MAX_IDENTIFIERS) -> list[Definition]:
+def identifier_queries(found: list[Definition], limit: int) -> list[Definition]:
     """The definitions whose name no other definition of the set has."""
     names: dict[str, int] = {}
     for d in found:
@@ -224,19 +284,26 @@ def blank_lines(text: str, spans: list[tuple[int, int]]) -> str:
     return "\n".join(lines)
 
 
-def build_set(files: dict[str, str], max_queries: int = MAX_QUERIES,
-              max_identifiers: int = MAX_IDENTIFIERS) -> CodeSet:
-    """The queries of the files, and the files with those queries' docstrings blanked."""
-    found = [d for path, text in files.items() for d in definitions(path, text)]
-    chosen = search_queries(found, max_queries)
+def build_set(files: dict[str, str],
+              limits: dict[str, tuple[int, int]] = LIMITS) -> CodeSet:
+    """The queries of the files, and the files with those queries' docstrings blanked; each
+    language's queries are chosen among its own definitions, up to its `limits`."""
+    if len(files) > MAX_FILES:
+        raise SystemExit(f"{len(files)} files: over MAX_FILES ({MAX_FILES}); name fewer")
+    found: dict[str, list[Definition]] = {lang: [] for lang in limits}
+    for path, text in files.items():
+        lang = language(path)
+        found[lang] += (js_definitions if lang == "javascript" else definitions)(path, text)
+    chosen = [d for lang, group in found.items() for d in search_queries(group, limits[lang][0])]
+    named = [d for lang, group in found.items()
+             for d in identifier_queries(group, limits[lang][1])]
     blanked: dict[str, list[tuple[int, int]]] = {}
     for d in chosen:
         blanked.setdefault(d.path, []).append(d.doc)
     indexed = {path: blank_lines(text, blanked.get(path, [])) for path, text in files.items()}
     searches = [Query(d.qid, d.sentence, d.path, d.first, d.last) for d in chosen]
-    identifiers = [Query(d.qid, d.name, d.path, d.head, d.head)
-                   for d in identifier_queries(found, max_identifiers)]
-    return CodeSet(indexed, searches, identifiers, len(found))
+    identifiers = [Query(d.qid, d.name, d.path, d.head, d.head) for d in named]
+    return CodeSet(indexed, searches, identifiers, sum(map(len, found.values())))
 
 
 def versions(packages: tuple[str, ...]) -> str:
@@ -354,7 +421,8 @@ def build(code_set: CodeSet, chunker: str, cache: Path,
     """The KB of one chunker, (re)built when its marker is missing or stale. The KB is named
     by how the copies are read, so the `.py.txt` copies never linger beside `.py` ones."""
     reading = "reader" if extract.supported(Path("x.py")) else "text"
-    kb = evaluate.eval_kb(f"code-{chunker}-{reading}", cache, embedding)
+    js = "-js" if any(language(path) == "javascript" for path in code_set.files) else ""
+    kb = evaluate.eval_kb(f"code-{chunker}-{reading}{js}", cache, embedding)
     marker = kb.folder / "code-eval-build.json"
     want = fingerprint(code_set)
     if marker.exists() and json.loads(marker.read_text(encoding="utf-8"))["fingerprint"] == want:
@@ -386,7 +454,7 @@ def build(code_set: CodeSet, chunker: str, cache: Path,
 
 
 def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str) -> list[str]:
-    """The two tables of one KB: code search and identifiers."""
+    """The tables of one KB: code search and identifiers, per language."""
     sources = source_names(code_set.files)
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
@@ -394,15 +462,18 @@ def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str) -> list[str]:
     try:
         searcher = search.Searcher(conn, evaluate.CachedEmbeddings(store))
         own = evaluate.methods(kb, ["vector", "default"])
-        for title, queries, methods in (
-                ("code search", code_set.searches, own),
-                ("identifiers", code_set.identifiers, {**own, "exact": {"mode": "exact"}})):
-            chosen = [q for q in queries if split == "all"
-                      or evaluate.in_dev_half(q.qid) == (split == "dev")]
-            print(f"{kb.id} {title}: {len(chosen)} queries", file=sys.stderr)
-            table = measure(searcher, chosen, sources, methods)
-            out += [f"{title}, {kb.id} ({split}: {len(chosen)} queries; KB "
-                    f"{fulltext.counts(conn)})", evaluate.table(table, score_names()), ""]
+        sets = (("code search", code_set.searches, own),
+                ("identifiers", code_set.identifiers, {**own, "exact": {"mode": "exact"}}))
+        for lang in LIMITS:
+            for title, queries, methods in sets:
+                chosen = [q for q in queries if language(q.path) == lang and (
+                    split == "all" or evaluate.in_dev_half(q.qid) == (split == "dev"))]
+                if chosen:
+                    print(f"{kb.id} {title} ({lang}): {len(chosen)} queries", file=sys.stderr)
+                    table = measure(searcher, chosen, sources, methods)
+                    out += [f"{title} ({lang}), {kb.id} ({split}: {len(chosen)} queries; KB "
+                            f"{fulltext.counts(conn)})", evaluate.table(table, score_names()),
+                            ""]
     finally:
         store.close()
         conn.close()
@@ -422,12 +493,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for the built KBs (default: %(default)s)")
     parser.add_argument("--chunkers", type=lambda text: text.split(","), default=CHUNKERS,
                         help="windows, default or both, comma-separated (default: both)")
+    parser.add_argument("--js", type=Path, action="append", default=[],
+                        help="also this JavaScript package's folder (its .js files), e.g. "
+                             "one of npm's own node_modules; repeat for more (default: "
+                             "Python only)")
     parser.add_argument("--dump", type=Path, default=None,
                         help="also write the queries and answers to this JSON file")
     args = parser.parse_args(argv)
     if set(args.chunkers) - set(CHUNKERS):
         parser.error(f"unknown chunker in --chunkers; choose from {', '.join(CHUNKERS)}")
-    code_set = build_set(package_files(SITE, PACKAGES))
+    files = package_files(SITE, PACKAGES)
+    for folder in args.js:
+        files.update(js_files(folder))
+    code_set = build_set(files)
     print(f"code set: {len(code_set.files)} files, {code_set.definitions} definitions, "
           f"{len(code_set.searches)} search and {len(code_set.identifiers)} identifier queries",
           file=sys.stderr)

@@ -3,8 +3,11 @@ wrote): the set removes the queries' docstrings and keeps every line number, and
 ranking scores as it should."""
 
 import ast
+import shutil
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from bench import code_eval
 from hits import Hit
@@ -14,7 +17,7 @@ TEXT = REAL.read_text(encoding="utf-8")
 
 
 def real_set() -> code_eval.CodeSet:
-    return code_eval.build_set({"textwrap.py": TEXT}, max_queries=5, max_identifiers=5)
+    return code_eval.build_set({"textwrap.py": TEXT}, {"python": (5, 5)})
 
 
 def test_set_blanks_query_docstrings_and_keeps_line_numbers():
@@ -56,7 +59,7 @@ def test_identifiers_answer_the_definition_line():
 
 def test_the_set_is_fixed():
     assert real_set() == real_set()
-    more = code_eval.build_set({"textwrap.py": TEXT}, max_queries=6, max_identifiers=6)
+    more = code_eval.build_set({"textwrap.py": TEXT}, {"python": (6, 6)})
     assert {q.qid for q in real_set().searches} <= {q.qid for q in more.searches}
 
 
@@ -93,3 +96,30 @@ def test_windows_cover_the_file_by_its_line_numbers():
     assert chunks[-1].line_end == len(lines)
     assert all(c.text == "\n".join(lines[c.line_start - 1:c.line_end]) for c in chunks)
     assert all(c.tokens for c in chunks)
+
+
+def npm_file() -> Path:
+    """A real JavaScript file: npm's own copy of path-scurry, where Node.js is installed."""
+    npm = shutil.which("npm")
+    root = Path(npm).resolve().parents[1] if npm else Path()  # npm/bin/npm-cli.js
+    path = root / "node_modules" / "path-scurry" / "dist" / "commonjs" / "index.js"
+    if not path.is_file():
+        pytest.skip(f"no npm with path-scurry here ({path}); the JavaScript rule needs one")
+    return path
+
+
+def test_js_definitions_span_the_function_below_its_jsdoc():
+    text = npm_file().read_text(encoding="utf-8")
+    lines = text.split("\n")
+    found = code_eval.js_definitions("js/p/index.js", text)
+    assert len([d for d in found if d.sentence]) >= 10
+    for d in found:
+        first, last = d.doc
+        assert lines[first - 1].strip().startswith("/**") and lines[last - 1].strip() == "*/"
+        assert d.first == last + 1 and d.name in lines[d.first - 1]
+        indent = lines[d.first - 1][:len(lines[d.first - 1]) - len(lines[d.first - 1].lstrip())]
+        assert lines[d.last - 1].startswith(indent + "}")
+    built = code_eval.build_set({"js/p/index.js": text}, {"javascript": (5, 5)})
+    copy = built.files["js/p/index.js"].split("\n")
+    assert len(built.searches) == 5 and len(copy) == len(lines)
+    assert all(q.text not in built.files["js/p/index.js"] for q in built.searches)
