@@ -435,9 +435,10 @@ def build(code_set: CodeSet, chunker: str, cache: Path,
         index_windows(kb, root, source_names(code_set.files))
     else:
         summary = ingest.ingest(kb, [root], force=True, progress=True)
-        if summary.failed:
-            raise SystemExit(f"code-{chunker}: {len(summary.failed)} copies failed to index: "
-                             f"{summary.failed[:3]}")
+        if summary.indexed != len(code_set.files):
+            raise SystemExit(f"code-{chunker}: ingest left out copies the windows KB has "
+                             f"(failed {summary.failed[:3]}, skipped {summary.skipped[:3]}); "
+                             "the two KBs must index the same files: change the set's rule")
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     try:
         counts = fulltext.counts(conn)
