@@ -251,23 +251,33 @@ def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
             keep = len(group)
             while keep > 1 and not lines[group[keep - 1] - 1].strip():
                 keep -= 1
-            group = group[:keep]
-            first, last = group[0], group[-1]
-            if first == last and len(lines[first - 1]) > MAX_CHARS:
-                texts = _split_long_line(lines[first - 1])
-            else:
-                texts = ["\n".join(lines[first - 1:last])]
+            first, last = group[0], group[keep - 1]
             extra = (context if first > context_end else "") or headings[first - 1]
-            for text in texts:
-                if text.strip():
-                    searchable = f"{extra}\n{text}" if extra else text
-                    tokens = " ".join(tokenize(bm25_text(source, extra, text)))
-                    chunks.append(Chunk(chunk_id(source, page, first, searchable), page, first,
-                                        last, text, tokens, extra))
-    return _dedupe(chunks)
+            chunks += line_chunks(source, page, lines, (first, last), extra, tokenize)
+    return dedupe(chunks)
 
 
-def _dedupe(chunks: list[Chunk]) -> list[Chunk]:
+def line_chunks(source: str, page: int, lines: Sequence[str], span: tuple[int, int],
+                context: str, tokenize: Callable[[str], list[str]]) -> list[Chunk]:
+    """The chunk of lines span[0]..span[1] (1-based) with `context`, or the pieces of one
+    over-long line (each with its line number); blank pieces are left out. codechunks.py makes
+    its chunks here too, so both chunkers share ids, tokens and the long-line rule."""
+    first, last = span
+    if first == last and len(lines[first - 1]) > MAX_CHARS:
+        texts = _split_long_line(lines[first - 1])
+    else:
+        texts = ["\n".join(lines[first - 1:last])]
+    chunks = []
+    for text in texts:
+        if text.strip():
+            searchable = f"{context}\n{text}" if context else text
+            tokens = " ".join(tokenize(bm25_text(source, context, text)))
+            chunks.append(Chunk(chunk_id(source, page, first, searchable), page, first, last,
+                                text, tokens, context))
+    return chunks
+
+
+def dedupe(chunks: list[Chunk]) -> list[Chunk]:
     """Two pieces with the same text at the same line would share an id; keep the first."""
     seen: set[str] = set()
     unique = []

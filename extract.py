@@ -18,7 +18,7 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from formats import READERS, supported
+from formats import READERS, reader_key, supported
 from formats.base import Extracted, ExtractError, check_text_size, clean_lines
 
 __all__ = ["Extracted", "ExtractError", "extract", "reader_for", "supported"]
@@ -40,7 +40,7 @@ def extract(path: Path) -> Extracted:
         what = ("is a folder, not a file" if path.is_dir() else
                 "is a device, pipe or socket, not a file" if path.exists() else "does not exist")
         raise ExtractError("not-found", f"{path} {what}; check the path.")
-    reader = reader_for(path.suffix.lower())
+    reader = reader_for(reader_key(path))
     if reader is None:
         known = ", ".join(sorted(READERS))
         raise ExtractError("unsupported-format", f"{path.name}: only {known} files are indexed.")

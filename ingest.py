@@ -333,8 +333,13 @@ class Indexer:
         if not lines and not no_speech:  # nothing any search could find: never `ready`
             self._fail(src, *_no_text(path, doc), summary)
             return
-        noise = chunking.noise_lines(doc.pages)
-        chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.tokens)
+        if doc.language:  # source code: chunks on its syntax tree, no noise lines
+            import codechunks
+
+            chunks = codechunks.chunk_code(src.name, doc, segment.tokens)
+        else:
+            noise = chunking.noise_lines(doc.pages)
+            chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.tokens)
         warnings = [limits.path_text(w) for w in doc.warnings]  # they may name the file
         warnings += [] if chunks or no_speech else [_no_chunks_warning(lines)]
         fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, warnings)

@@ -5,14 +5,17 @@ one table of which suffix each reader claims.
 Layer: readers, between the dispatcher (extract.py, above) and the ground modules (paths,
 limits, atomic, safeopen, below). pdf, text, image (OCR of image files), office
 (DOCX/XLSX/PPTX), hwp (HWPX, HWP 5), ofd, legacy (DOC/XLS/PPT), markup (RTF, EPUB, ODF, HTML),
-mail (EML, MSG), audio (recordings); ocr (Tesseract and its cache), zipxml and pdflayout are
-shared helpers of the readers. Importing this package loads no reader: extract.py imports one
-on first use, which keeps the server's start fast.
+mail (EML, MSG), audio (recordings), code (source files, by extension or shebang); ocr
+(Tesseract and its cache), zipxml and pdflayout are shared helpers of the readers. Importing
+this package loads no reader (only code's tables, which import no parser): extract.py imports
+one on first use, which keeps the server's start fast.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from formats.code import LANGUAGES, script_language
 
 # -----------------------------------------------------------------------------
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")
@@ -33,10 +36,20 @@ READERS: dict[str, tuple[str, str]] = {  # suffix -> (module in formats/, its fu
     ".eml": ("mail", "extract_eml"), ".msg": ("mail", "extract_msg"),
     **dict.fromkeys(IMAGE_SUFFIXES, ("image", "extract_image")),
     **dict.fromkeys(AUDIO_SUFFIXES, ("audio", "extract_audio")),
+    **dict.fromkeys(LANGUAGES, ("code", "extract_code")),
 }
 # -----------------------------------------------------------------------------
 
 
+def reader_key(path: Path) -> str:
+    """The READERS key for a file: its suffix (lower case); for a file without one whose `#!`
+    line names a known language (its first bytes are read: `deploy`, `manage`), a suffix of
+    that language; else ""."""
+    suffix = Path(path).suffix.lower()
+    language = None if suffix else script_language(Path(path))
+    return next((s for s, name in LANGUAGES.items() if name == language), suffix)
+
+
 def supported(path: Path) -> bool:
-    """Whether some reader claims this file's suffix (case-insensitive)."""
-    return Path(path).suffix.lower() in READERS
+    """Whether some reader claims this file (by suffix, case-insensitive, or shebang)."""
+    return reader_key(path) in READERS
