@@ -364,13 +364,14 @@ def source_names(files: dict[str, str]) -> dict[str, str]:
 
 
 def fingerprint(code_set: CodeSet) -> str:
-    """Changes with the indexed texts, or with the code that reads, chunks and tokenizes
-    them (formats/, chunking.py, segment.py)."""
-    digest = hashlib.sha256(evaluate.fingerprint(None).encode())
+    """Changes with the indexed texts, or with any module of the product (the readers, the
+    chunkers, the tokenizer among them): a rebuild re-embeds only the chunks that changed."""
+    digest = hashlib.sha256()
     for path, text in sorted(code_set.files.items()):
         digest.update(f"{path}\x00{text}\x00".encode())
-    for reader in sorted(Path(extract.__file__).parent.joinpath("formats").glob("*.py")):
-        digest.update(reader.read_bytes())
+    product = Path(extract.__file__).parent
+    for module in sorted([*product.glob("*.py"), *product.glob("formats/*.py")]):
+        digest.update(module.read_bytes())
     return digest.hexdigest()
 
 
