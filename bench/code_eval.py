@@ -322,16 +322,19 @@ def right(hit: hits.Hit, query: Query, source: str) -> bool:
 
 
 def scores(found: list[hits.Hit], query: Query, source: str) -> tuple[float, ...]:
-    """hit@k for each of CUTOFFS, then the reciprocal rank of the first right hit (0 past
-    MRR_CUTOFF)."""
+    """hit@k for each of CUTOFFS, the reciprocal rank of the first right hit (0 past
+    MRR_CUTOFF), and the mean lines of the first max(CUTOFFS) hits: a longer hit overlaps
+    more functions, so hit@k needs its size beside it to compare chunkers fairly."""
     rank = next((n for n, hit in enumerate(found[:MRR_CUTOFF], 1) if right(hit, query, source)),
                 None)
     hit_at = tuple(float(rank is not None and rank <= k) for k in CUTOFFS)
-    return (*hit_at, 1.0 / rank if rank else 0.0)
+    top = found[:max(CUTOFFS)]
+    lines = sum(h.line_end - h.line_start + 1 for h in top) / len(top) if top else 0.0
+    return (*hit_at, 1.0 / rank if rank else 0.0, lines)
 
 
 def score_names() -> tuple[str, ...]:
-    return (*(f"hit@{k}" for k in CUTOFFS), f"MRR@{MRR_CUTOFF}")
+    return (*(f"hit@{k}" for k in CUTOFFS), f"MRR@{MRR_CUTOFF}", f"lines@{max(CUTOFFS)}")
 
 
 def measure(searcher: search.Searcher, queries: list[Query], sources: dict[str, str],

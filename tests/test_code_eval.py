@@ -78,13 +78,15 @@ def test_a_known_ranking_scores_right():
     source = "pysrc/textwrap.py.txt"
     ranking = [hit("pysrc/other.py.txt", 100, 120), hit(source, 60, 99), hit(source, 121, 140),
                hit(source, 115, 160), hit(source, 100, 120)]
-    assert code_eval.scores(ranking, query, source) == (0.0, 1.0, 1 / 4)
-    assert code_eval.scores(ranking[:3], query, source) == (0.0, 0.0, 0.0)
+    assert code_eval.scores(ranking, query, source) == (0.0, 1.0, 1 / 4, (21 + 40 + 20 + 46
+                                                                         + 21) / 5)
+    assert code_eval.scores(ranking[:3], query, source)[:3] == (0.0, 0.0, 0.0)
     late = [hit(source, 1, 2)] * 5 + [hit(source, 90, 100)]
-    assert code_eval.scores(late, query, source) == (0.0, 0.0, 1 / 6)
+    assert code_eval.scores(late, query, source) == (0.0, 0.0, 1 / 6, 2.0)
     past_cutoff = [hit(source, 1, 2)] * code_eval.MRR_CUTOFF + [hit(source, 100, 100)]
-    assert code_eval.scores(past_cutoff, query, source) == (0.0, 0.0, 0.0)
-    assert code_eval.scores([hit(source, 120, 200)], query, source) == (1.0, 1.0, 1.0)
+    assert code_eval.scores(past_cutoff, query, source)[:3] == (0.0, 0.0, 0.0)
+    assert code_eval.scores([hit(source, 120, 200)], query, source) == (1.0, 1.0, 1.0, 81.0)
+    assert code_eval.scores([], query, source) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_windows_cover_the_file_by_its_line_numbers():
