@@ -70,7 +70,8 @@ LIMITS = {"python": (400, 300), "javascript": (200, 150)}  # (code-search, ident
 MIN_QUERY_WORDS = 4  # a shorter first sentence ("Return the value.") says too little
 MAX_QUERY_CHARS = 300  # a longer first sentence is a paragraph without a full stop
 MIN_NAME_CHARS = 4  # shorter names (`get`, `run`) are words, not identifiers
-WINDOW_LINES = 40  # the baseline's fixed windows
+WINDOW_LINES = 40  # the baseline's fixed windows; `windows-N` (--chunkers) takes N lines...
+WINDOW_RANGE = (5, 200)  # ... within these bounds
 CUTOFFS = (1, 5)  # hit@k reported
 MRR_CUTOFF = 10  # MRR@10; also the hits asked of search() per query
 COPY_FOLDER = "pysrc"  # the copies' folder, so source names are `pysrc/<package>/<file>`
@@ -390,20 +391,22 @@ def write_copies(code_set: CodeSet, folder: Path) -> Path:
     return root
 
 
-def window_chunks(source: str, lines: list[str]) -> list[fulltext.Chunk]:
-    """The baseline: fixed WINDOW_LINES-line windows of one page, blank windows left out."""
+def window_chunks(source: str, lines: list[str],
+                  size: int = WINDOW_LINES) -> list[fulltext.Chunk]:
+    """The baseline: fixed `size`-line windows of one page, blank windows left out."""
     chunks = []
-    for start in range(1, len(lines) + 1, WINDOW_LINES):
-        text = "\n".join(lines[start - 1:start - 1 + WINDOW_LINES])
+    for start in range(1, len(lines) + 1, size):
+        text = "\n".join(lines[start - 1:start - 1 + size])
         if text.strip():
             tokens = " ".join(segment.tokens(chunking.bm25_text(source, "", text)))
-            end = min(start + WINDOW_LINES - 1, len(lines))
+            end = min(start + size - 1, len(lines))
             chunks.append(fulltext.Chunk(chunking.chunk_id(source, 1, start, text), 1, start,
                                          end, text, tokens))
     return chunks
 
 
-def index_windows(kb: kbmod.KnowledgeBase, root: Path, names: dict[str, str]) -> None:
+def index_windows(kb: kbmod.KnowledgeBase, root: Path, names: dict[str, str],
+                  size: int) -> None:
     """Every copy as windows, read by the same reader as the default KB's."""
     indexer = ingest.Indexer(kb, progress=True)
     try:
@@ -414,10 +417,20 @@ def index_windows(kb: kbmod.KnowledgeBase, root: Path, names: dict[str, str]) ->
             src = fulltext.SourceFile(name, str(copy), hashlib.sha256(data).hexdigest(),
                                       len(data), 0.0)
             fulltext.replace_source(indexer.conn, src, "windows", pages,
-                                    window_chunks(name, pages[0]))
+                                    window_chunks(name, pages[0], size))
         indexer.reconcile()
     finally:
         indexer.close()
+
+
+def window_size(chunker: str) -> int:
+    """`windows` -> WINDOW_LINES, `windows-N` -> N (within WINDOW_RANGE); ValueError else."""
+    size = int(chunker.removeprefix("windows-")) if chunker.startswith("windows-") else (
+        WINDOW_LINES if chunker == "windows" else 0)
+    if not WINDOW_RANGE[0] <= size <= WINDOW_RANGE[1]:
+        raise ValueError(f"{chunker!r} is no chunker: use default, windows or windows-N "
+                         f"with N from {WINDOW_RANGE[0]} to {WINDOW_RANGE[1]}")
+    return size
 
 
 def build(code_set: CodeSet, chunker: str, cache: Path,
@@ -435,8 +448,8 @@ def build(code_set: CodeSet, chunker: str, cache: Path,
     root = write_copies(code_set, kb.folder / "copies")
     print(f"code-{chunker}: indexing {len(code_set.files)} files into {kb.folder}",
           file=sys.stderr)
-    if chunker == "windows":
-        index_windows(kb, root, source_names(code_set.files))
+    if chunker != "default":
+        index_windows(kb, root, source_names(code_set.files), window_size(chunker))
     else:
         summary = ingest.ingest(kb, [root], force=True, progress=True)
         if summary.indexed != len(code_set.files):
@@ -497,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=evaluate.DEFAULT_CACHE,
                         help="folder for the built KBs (default: %(default)s)")
     parser.add_argument("--chunkers", type=lambda text: text.split(","), default=CHUNKERS,
-                        help="windows, default or both, comma-separated (default: both)")
+                        help="default, windows (40 lines) or windows-N (N lines), "
+                             "comma-separated (default: windows,default)")
     parser.add_argument("--js", type=Path, action="append", default=[],
                         help="also this JavaScript package's folder (its .js files), e.g. "
                              "one of npm's own node_modules; repeat for more (default: "
@@ -505,8 +519,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dump", type=Path, default=None,
                         help="also write the queries and answers to this JSON file")
     args = parser.parse_args(argv)
-    if set(args.chunkers) - set(CHUNKERS):
-        parser.error(f"unknown chunker in --chunkers; choose from {', '.join(CHUNKERS)}")
+    for chunker in set(args.chunkers) - {"default"}:
+        try:
+            window_size(chunker)
+        except ValueError as err:
+            parser.error(str(err))
     files = package_files(SITE, PACKAGES)
     for folder in args.js:
         files.update(js_files(folder))

@@ -125,3 +125,14 @@ def test_js_definitions_span_the_function_below_its_jsdoc():
     copy = built.files["js/p/index.js"].split("\n")
     assert len(built.searches) == 5 and len(copy) == len(lines)
     assert all(q.text not in built.files["js/p/index.js"] for q in built.searches)
+
+
+def test_window_sizes_are_bounded():
+    assert code_eval.window_size("windows") == code_eval.WINDOW_LINES
+    assert code_eval.window_size("windows-20") == 20
+    for bad in ("windows-2", "windows-900", "lines"):
+        with pytest.raises(ValueError, match="windows-N"):
+            code_eval.window_size(bad)
+    lines = [f"x = {n}" for n in range(1, 46)]
+    assert [(c.line_start, c.line_end) for c in code_eval.window_chunks("s", lines, 20)] == [
+        (1, 20), (21, 40), (41, 45)]
