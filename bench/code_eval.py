@@ -3,6 +3,8 @@
     python -m bench code                      # dev half, built-in embedder
     python -m bench code --split test         # test half, to report
     python -m bench code --embedding '{...}'  # the KBs' embedding block, as evaluate.py takes
+    python -m bench code --js NPM/node_modules/glob --js ...   # also JavaScript packages
+    python -m bench code --chunkers default,windows-20         # windows of another size
 
 The set is built from code nobody here wrote: the .py files of PACKAGES, installed in the venv
 that runs the bench, every file under each package folder in path order (no tests, vendored
@@ -20,12 +22,16 @@ top-level functions, classes and the methods of top-level classes, with their li
 - Identifiers: the query is a function's, method's or class's name (defined once in the set,
   MIN_NAME_CHARS or longer), the answer its `def`/`class` line; MAX_IDENTIFIERS of them.
 
-Both are split dev/test by evaluate.in_dev_half of the query id. A hit is right when it is
-in the answer's file and its lines overlap the answer's; per method the table gives hit@k (a
-right hit among the first k) and MRR@10. Two KBs of the same copies: `default` goes through
-ingest.py's own pipeline (the code reader when formats/ has one for .py; until then the copies
-are named `.py.txt` and read as text), `windows` cuts each file into fixed WINDOW_LINES-line
-windows, tokenized and searched the same way. Built KBs are cached like evaluate.py's.
+With --js, a package folder's .js files join the set (functions and methods right below a
+JSDoc comment, by the rule in js_definitions; the JSDoc is blanked), each language with its
+own LIMITS and its own tables. Both sets are split dev/test by evaluate.in_dev_half of the
+query id. A hit is right when it is in the answer's file and its lines overlap the answer's;
+per method the table gives hit@k (a right hit among the first k), MRR@10 and lines@5 (the mean
+size of the first five hits: a longer hit overlaps more functions). Two KBs of the same
+copies: `default` goes through ingest.py's own pipeline (the code reader when formats/ has one
+for the suffix; else the copy is named `<name>.txt` and read as text), `windows` cuts each
+file into fixed WINDOW_LINES-line windows (`windows-N`: N lines), tokenized and searched the
+same way. Built KBs are cached like evaluate.py's.
 
 Layer: measurement (bench/), on top of the product; nothing of it imports bench/.
 """
