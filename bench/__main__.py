@@ -3,6 +3,7 @@
     python -m bench speed SECTION ...   # benchmark.py: extract, ingest, search, formats, audio
     python -m bench scale N ...         # scale_bench.py: N chunks beside rank_bm25 + Chroma
     python -m bench quality SET ...     # evaluate.py: nDCG/recall on the team's eval sets
+    python -m bench code ...            # code_eval.py: hit@k/MRR on installed packages' code
 
 Each command hands the rest of the command line to that script's own parser (`--help` there).
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import sys
 
-USAGE = "usage: python -m bench speed SECTION ... | scale N ... | quality SET ... (--help after)"
+USAGE = ("usage: python -m bench speed SECTION ... | scale N ... | quality SET ... | code ... "
+         "(--help after)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import evaluate
 
         return evaluate.main(rest)
+    if command == "code":
+        from bench import code_eval
+
+        return code_eval.main(rest)
     print(USAGE, file=sys.stderr)
     return 2
 

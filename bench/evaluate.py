@@ -292,22 +292,24 @@ def evaluate(searcher: search.Searcher, queries: dict[str, str], qrels: Qrels,
     return scores
 
 
-def table(scores: dict[str, list[Score]]) -> str:
-    """nDCG@10, recall@10, both as a ratio of BM25's, queries ranked worse and better than
-    BM25, and queries with the right document in the top DOC_TOP."""
+def table(scores: dict[str, list[tuple[float, ...]]],
+          names: tuple[str, ...] = ("nDCG@10", "R@10")) -> str:
+    """Each figure's mean (`names` says what they are), each as a ratio of BM25's, and the
+    queries a method scores worse and better than BM25 on the first figure."""
     base = scores["bm25"]
-    base_ndcg = sum(s[0] for s in base) / len(base)
-    base_recall = sum(s[1] for s in base) / len(base)
-    rows = [f"{'method':24} {'nDCG@10':>8} {'R@10':>7} {'nDCG/bm25':>10} {'R/bm25':>7} "
-            f"{'worse':>6} {'better':>6} {f'doc@{DOC_TOP}':>6}"]
+    base_means = [sum(s[i] for s in base) / len(base) for i in range(len(names))]
+    rows = [f"{'method':24} " + " ".join(f"{name:>8}" for name in names) + " "
+            + " ".join(f"{name + '/bm25':>12}" for name in names)
+            + f" {'worse':>6} {'better':>6}"]
     for name, per_query in scores.items():
-        mean_ndcg = sum(s[0] for s in per_query) / len(per_query)
-        mean_recall = sum(s[1] for s in per_query) / len(per_query)
+        means = [sum(s[i] for s in per_query) / len(per_query) for i in range(len(names))]
         worse = sum(s[0] < b[0] - 1e-9 for s, b in zip(per_query, base, strict=True))
         better = sum(s[0] > b[0] + 1e-9 for s, b in zip(per_query, base, strict=True))
-        rows.append(f"{name:24} {mean_ndcg:8.3f} {mean_recall:7.3f} "
-                    f"{mean_ndcg / base_ndcg:10.3f} {mean_recall / base_recall:7.3f} "
-                    f"{worse:6d} {better:6d} {sum(s[2] for s in per_query):6.0f}")
+        ratios = [mean / b if b else float("nan")
+                  for mean, b in zip(means, base_means, strict=True)]
+        rows.append(f"{name:24} " + " ".join(f"{mean:8.3f}" for mean in means) + " "
+                    + " ".join(f"{ratio:12.3f}" for ratio in ratios)
+                    + f" {worse:6d} {better:6d}")
     return "\n".join(rows)
 
 
@@ -356,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         conn.close()
     print(f"{args.set} {args.split}: {len(qrels)} queries; KB {counts}")
-    print(table(scores))
+    print(table(scores, ("nDCG@10", "R@10", f"doc@{DOC_TOP}")))
     return 0
 
 
