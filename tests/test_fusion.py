@@ -132,7 +132,7 @@ def test_a_search_block_that_is_not_an_object_is_refused(tmp_path: Path) -> None
 def test_search_settings_default_to_search_py_and_take_the_kb_block(tmp_path: Path) -> None:
     kbmod.open_or_create(tmp_path, "docs")
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
-        "fusion": fusion.DEFAULT_FUSION, "vector_weight": 0.3, "title_weight": 0.3,
+        "fusion": fusion.DEFAULT_FUSION, "vector_weight": 0.2, "title_weight": 0.3,
         "diversity": 0.0}
     write_config(tmp_path, {"search": {"fusion": "convex", "vectorWeight": 0}})
     kb = kbmod.load(tmp_path, "docs")
@@ -145,7 +145,7 @@ def test_search_settings_default_to_search_py_and_take_the_kb_block(tmp_path: Pa
 def test_the_default_weight_follows_the_embedder(tmp_path: Path) -> None:
     # minmax gives any embedder but the weak built-in more say (issue 10); a KB's own
     # vectorWeight still wins, and methods without a stronger default keep theirs
-    assert fusion.default_weight("minmax", "builtin") == 0.3
+    assert fusion.default_weight("minmax", "builtin") == 0.2
     assert fusion.default_weight("minmax", "ollama") == 0.45
     assert fusion.default_weight("rrf", "openai") == 0.5
     openai = {"provider": "openai", "model": "m", "baseUrl": "http://127.0.0.1:9"}
