@@ -21,6 +21,7 @@ the server.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +42,7 @@ DIVERSITY_MAX_PER_SOURCE = 4  # ... at most 4 from one source, if another scores
 DIVERSITY_CLOSE = 0.5  # "close" = at least this share of the best score
 MMR_POOL = 3  # with `diversity`, hits considered per hit returned
 SAME_SOURCE_LIKENESS = 0.5  # with `diversity`, two hits of one source are at least this alike
+EXACT_LINES = 200  # matching lines `exact` reads a query, so a definition far down is in them
 # ---------------------------------------------------------------------------
 
 
@@ -96,6 +98,23 @@ def _across(lists: list[list[tuple[Candidate, float]]]) -> tuple[list[tuple[Cand
             found_by.setdefault(cand.row["chunk_id"], []).append(n)
     ranked = sorted(((cand, score) for cand, score in fused.values()), key=lambda p: -p[1])
     return ranked, found_by
+
+
+DEFINING = ("def|class|function|func|fn|interface|struct|enum|trait|type|module|namespace|"
+            "object|record|sub|procedure|macro|impl|typedef|alias|let|const|var|val")
+NOT_TYPES = ("return|await|yield|throw|raise|new|delete|if|else|elif|while|for|case|not|and|"
+             "or|print|echo|assert|go|defer")  # words before a call that is no declaration
+
+
+def _definition(name: str) -> re.Pattern[str]:
+    """A line of code that defines `name`: after a defining keyword, assigned a function, or
+    declared C-style (a type before it, parameters after it, no `;` closing the line)."""
+    word = re.escape(name)
+    return re.compile(
+        rf"\b(?:{DEFINING})\s+[*&]?{word}\b"
+        rf"|(?<![\w.]){word}\s*[:=]\s*(?:async\s+)?(?:function\b|\(|lambda\b)"
+        rf"|^\s*(?!(?:{NOT_TYPES})\b)(?:[\w<>\[\],*&]+\s+)+{word}\s*\([^;]*$",
+        re.IGNORECASE)
 
 
 class Searcher:
@@ -276,14 +295,15 @@ class Searcher:
 
     def _exact(self, queries: list[str], top_k: int, source: str | None,
                case_sensitive: bool = False) -> list[Hit]:
-        """Lines holding any of the queries as written, in document order; consecutive
-        matching lines of a page become one hit."""
+        """Lines holding any of the queries as written, in document order except that a
+        line of source code defining one comes first; consecutive matching lines of a page
+        become one hit."""
         hits: list[Hit] = []
         found = {(r["source"], r["page"], r["line"]): r for query in queries
-                 for r in fulltext.exact_search(self.conn, query, top_k * 4, source,
+                 for r in fulltext.exact_search(self.conn, query, EXACT_LINES, source,
                                                 width=limits.MAX_LINE_CHARS,
                                                 case_sensitive=case_sensitive)}
-        rows = [found[key] for key in sorted(found)]
+        rows = self._definitions_first([found[key] for key in sorted(found)], queries)
         for rank, row in enumerate(rows, 1):
             line_cut = row["length"] > len(row["text"])
             text = row["text"] + (limits.CUT_MARK if line_cut else "")
@@ -300,3 +320,23 @@ class Searcher:
             hits.append(Hit(chunk_id, row["source"], row["page"], row["line"], row["line"],
                             text, 1.0, {"exact": rank}, [], line_cut))
         return hits
+
+    def _definitions_first(self, rows: list[dict], queries: list[str]) -> list[dict]:
+        """The rows with the lines of code sources that define a query (`def parse_x(`,
+        `class Parser`, `parseX = function`, `int parse_x(...) {`) moved to the front: a
+        developer's exact search for a name wants its definition, not its first use."""
+        names = {r["source"] for r in rows}
+        if not names:
+            return rows
+        marks = ",".join("?" * len(names))
+        code = {name for (name,) in self.conn.execute(
+            f"SELECT name FROM sources WHERE name IN ({marks}) AND parser LIKE 'code:%'",
+            list(names))}
+        if not code:
+            return rows
+        patterns = [_definition(q) for q in queries]
+
+        def defines(row: dict) -> bool:
+            return row["source"] in code and any(p.search(row["text"]) for p in patterns)
+        return sorted(rows, key=lambda row: not defines(row))
+

@@ -181,3 +181,21 @@ def test_exact_mode_can_match_the_case_too(tmp_path):
     cased = lib.search("getURL", 5, "exact", "docs", None, case_sensitive=True)
     assert [h["line_start"] for h in folded["hits"]] == [1, 4]
     assert [(h["line_start"], h["text"]) for h in cased["hits"]] == [(1, "def getURL():")]
+
+
+def test_exact_puts_a_definition_in_code_before_its_uses(tmp_path):
+    lib = library_with(tmp_path, {
+        "__init__.py": "from .core import parse_header\n__all__ = ['parse_header']\n",
+        "core.py": "def main():\n    return parse_header('x')\n\n\n"
+                   "def parse_header(text):\n    return text.strip()\n",
+        "Reader.java": "class Reader {\n  String run() { return parseHeader(line); }\n"
+                       "  public static String parseHeader(String line) {\n    return line;\n"
+                       "  }\n}\n",
+        "notes.txt": "We call parse_header twice.\ndef parse_header is not code here.\n"})
+    first = lib.search("parse_header", 3, "exact", "docs", None)["hits"][0]
+    assert (first["source"], first["line_start"]) == ("docs/core.py", 5)
+    java = lib.search("parseHeader", 3, "exact", "docs", None, case_sensitive=True)["hits"]
+    assert (java[0]["source"], java[0]["line_start"]) == ("docs/Reader.java", 3)
+    notes = lib.search("parse_header", 5, "exact", "docs", "docs/notes.txt")
+    assert [h["line_start"] for h in notes["hits"]] == [1]  # prose keeps document order
+    assert notes["hits"][0]["line_end"] == 2
