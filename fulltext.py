@@ -540,8 +540,21 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
     return quote_fts([t for t in tokens if t in kept])
 
 
+Sources = str | Sequence[str] | None  # one source's name, several names, or every source
+
+
+def source_filter(source: Sources) -> tuple[str, list[str]]:
+    """The SQL test on `s.name` for a source or several (`""` for every source), and its
+    parameters."""
+    if source is None:
+        return "", []
+    if isinstance(source, str):
+        return "s.name = ?", [source]
+    return f"s.name IN ({','.join('?' * len(source))})", list(source)
+
+
 def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
-             source: str | None = None):
+             source: Sources = None):
     """BM25 (k1=1.2, b=0.75; positive, higher is better) of every matching chunk: a
     `bm25.Scores` mapping rowid -> score, read once for both the ranked leg and the scores of
     the vector leg's chunks. bm25.py scores from its arrays; while it cannot (chunks still
@@ -552,9 +565,10 @@ def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
     if source is not None:
         import numpy as np
 
+        test, names = source_filter(source)
         allowed = np.array([r[0] for r in conn.execute(
-            "SELECT c.id FROM chunks c JOIN sources s ON s.id = c.source_id WHERE s.name = ?",
-            (source,))], np.int64)
+            f"SELECT c.id FROM chunks c JOIN sources s ON s.id = c.source_id WHERE {test}",
+            names)], np.int64)
     found = bm25.scores(conn, query_tokens, allowed)
     if found is not None:
         return found
@@ -564,9 +578,10 @@ def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
     sql = "SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
     params = [match]
     if source is not None:
+        test, names = source_filter(source)
         sql += (" AND rowid IN (SELECT c.id FROM chunks c JOIN sources s"
-                " ON s.id = c.source_id WHERE s.name = ?)")
-        params.append(source)
+                f" ON s.id = c.source_id WHERE {test})")
+        params += names
     return bm25.Scores.from_pairs(conn.execute(sql, params).fetchall())
 
 
@@ -578,7 +593,7 @@ def top_chunks(conn: sqlite3.Connection, scores, limit: int) -> list[tuple[sqlit
 
 
 def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: int,
-                source: str | None = None) -> list[tuple[sqlite3.Row, float]]:
+                source: Sources = None) -> list[tuple[sqlite3.Row, float]]:
     """Chunks ranked by BM25 (FTS5's formula, scored by bm25.py), best first."""
     return top_chunks(conn, bm25_all(conn, query_tokens, source), limit)
 
@@ -592,7 +607,7 @@ _INDEXED = (" FROM lines_fts f JOIN lines l ON l.id = f.rowid JOIN sources s"
 
 
 def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
-                 source: str | None = None, width: int = 2000,
+                 source: Sources = None, width: int = 2000,
                  case_sensitive: bool = False) -> list[dict]:
     """Raw lines containing `needle`, up to `limit` of them, in document order, each cut to
     its first `width` characters (`length` holds the whole line's). The first `limit` lines in
@@ -642,13 +657,14 @@ def _scanned(needle: str, case_sensitive: bool) -> str:
 
 def _lines_holding(conn: sqlite3.Connection, tables: str, params: list,
                    holds: Callable[[str], bool], limit: int, width: int,
-                   source: str | None) -> list[dict]:
+                   source: Sources) -> list[dict]:
     """The first `limit` lines the query finds for which `holds(line)` (the trigrams may sit
     apart, instr() folds ASCII only and the index folds every case: the line decides)."""
     sql = "SELECT s.name AS source, l.page, l.line, l.text" + tables
     if source is not None:
-        sql += " AND s.name = ?"
-        params = [*params, source]
+        test, names = source_filter(source)
+        sql += f" AND {test}"
+        params = [*params, *names]
     rows = []
     for row in conn.execute(sql, params):
         text = row["text"]

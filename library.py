@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import sys
 import threading
@@ -95,6 +96,34 @@ class OpenKB:
             self.store.close()
         if self.refresh is not None:
             self.refresh.close()
+
+
+GLOB_CHARS = set("*?[")  # a `source` holding one of these is a path glob
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """A path glob as a regex over whole names: `**/` any folders (or none), `**` anything,
+    `*` and `?` within one folder, `[...]` a set of characters."""
+    out, at = [], 0
+    while at < len(pattern):
+        if pattern.startswith("**/", at):
+            out.append("(?:.*/)?")
+            at += 3
+        elif pattern.startswith("**", at):
+            out.append(".*")
+            at += 2
+        elif pattern[at] in "*?":
+            out.append("[^/]*" if pattern[at] == "*" else "[^/]")
+            at += 1
+        elif pattern[at] == "[" and "]" in pattern[at + 2:]:
+            end = pattern.index("]", at + 2)
+            body = pattern[at + 1:end].replace("\\", "\\\\")
+            out.append("[" + ("^" + body[1:] if body[0] in "!^" else body) + "]")
+            at = end + 1
+        else:
+            out.append(re.escape(pattern[at]))
+            at += 1
+    return re.compile("".join(out))
 
 
 class Library:
@@ -317,7 +346,8 @@ class Library:
         limits.check_name(source, "source")
         kb = self.resolve(kb_id)
         if source is not None:
-            source = self._source_name(kb, source)
+            source = (self._sources_matching(kb, source) if GLOB_CHARS & set(source)
+                      else self._source_name(kb, source))
         expansion = self._expand(kb, asked) if expand and mode != "exact" else None
         searched = expansion.queries if expansion else asked
         vector = mode in ("vector", "auto")
@@ -581,6 +611,28 @@ class Library:
         if queue_runner.live_status(self.base, kb_id)["status"] == "running":
             return "indexing"
         return "incomplete" if counts.get("pending") else "ready"
+
+    def _sources_matching(self, kb_id: str, pattern: str) -> list[str]:
+        """The sources whose names match a path glob (`src/**/*.py`: `*` and `?` within a
+        folder, `**` across folders, `[...]` a set), at most limits.MAX_GLOB_SOURCES."""
+        regex = glob_regex(pattern)
+        with self.reading(kb_id) as entry:
+            # SQLite GLOB first (its * crosses folders, its negated set is [^...]), then the regex
+            rough = pattern.replace("**/", "*").replace("**", "*").replace("[!", "[^")
+            names = [name for (name,) in entry.conn.execute(
+                "SELECT name FROM sources WHERE name GLOB ? ORDER BY name", (rough,))
+                if regex.fullmatch(name)]
+            if not names:
+                some = [n for (n,) in entry.conn.execute(
+                    "SELECT name FROM sources ORDER BY name LIMIT 5")]
+        if not names:
+            raise UserError(f"no source in {kb_id!r} matches {shown(pattern)}; sources are "
+                            f"named like {', '.join(map(repr, some)) or 'nothing yet'} "
+                            "(list_sources shows them all)")
+        if len(names) > limits.MAX_GLOB_SOURCES:
+            raise UserError(f"{shown(pattern)} matches {len(names):,} sources; a search takes "
+                            f"at most {limits.MAX_GLOB_SOURCES:,}: narrow the pattern")
+        return names
 
     def _source_name(self, kb_id: str, source: str) -> str:
         """The source's name as indexed: the name itself, or a file name that names exactly

@@ -129,7 +129,8 @@ class Searcher:
             tokenize = segment.tokens
         self.tokenize = tokenize
 
-    def search(self, query: str, top_k: int = 10, mode: Mode = "auto", source: str | None = None,
+    def search(self, query: str, top_k: int = 10, mode: Mode = "auto",
+               source: fulltext.Sources = None,
                fusion: Fusion = DEFAULT_FUSION, vector_weight: float | None = None,
                embedding: list[float] | None = None,
                title_weight: float = titles.TITLE_WEIGHT, diversity: float = 0.0,
@@ -166,7 +167,7 @@ class Searcher:
         chosen = self._mmr(hits, top_k, diversity) if diversity > 0 else _diversify(hits)
         return with_text(self.conn, chosen[:top_k], "\n".join(queries), self.tokenize)
 
-    def _ranked(self, query: str, mode: Mode, source: str | None, fusion: Fusion,
+    def _ranked(self, query: str, mode: Mode, source: fulltext.Sources, fusion: Fusion,
                 vector_weight: float | None, embedding: list[float] | None,
                 title_weight: float) -> list[tuple[Candidate, float]]:
         """One question's candidates of both legs, best first, with their fused score."""
@@ -266,14 +267,16 @@ class Searcher:
             if cand.bm25_rank is None:
                 cand.bm25 = bm25.get(cand.row["id"], 0.0)
 
-    def _nearest(self, query: str, source: str | None, embedding: list[float] | None) -> Future:
+    def _nearest(self, query: str, source: fulltext.Sources,
+                 embedding: list[float] | None) -> Future:
         """The query's embedding (unless given) and its nearest chunks, worked out in a thread
         while the BM25 leg runs: on a first search, loading the vector index then overlaps
         loading the Korean or Chinese segmenter instead of following it."""
 
         def work() -> tuple:
             vector = embedding or self.store.embed_query(query)
-            where = {"source": source} if source else None
+            where = None if source is None else \
+                {"source": source if isinstance(source, str) else {"$in": list(source)}}
             return vector, self.store.query(vector, CANDIDATES, where)
 
         return _vector_threads.submit(work)
@@ -293,7 +296,7 @@ class Searcher:
             cand.cosine, cand.vector_rank = similarity, rank
         return embedding
 
-    def _exact(self, queries: list[str], top_k: int, source: str | None,
+    def _exact(self, queries: list[str], top_k: int, source: fulltext.Sources,
                case_sensitive: bool = False) -> list[Hit]:
         """Lines holding any of the queries as written, in document order except that a
         line of source code defining one comes first; consecutive matching lines of a page

@@ -185,7 +185,8 @@ async def search(
     ] = "auto",
     kb_id: KbId = None,
     source: Annotated[str | None, Field(description="Only search this source (a name from "
-                                                    "list_sources)")] = None,
+                                                    "list_sources), or the sources a path glob "
+                                                    "matches (src/**/*.py)")] = None,
     queries: Annotated[list[str] | None, Field(
         max_length=limits.MAX_QUERIES,
         description="Other phrasings of the same question, searched too and fused into one "

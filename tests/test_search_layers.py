@@ -61,6 +61,7 @@ def library_with(tmp_path, files: dict, **config) -> Library:
     folder.mkdir()
     for name, content in files.items():
         data = content.read_bytes() if hasattr(content, "read_bytes") else content.encode()
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
     base = tmp_path / "base"
     kb = kbmod.open_or_create(base, "docs")
@@ -199,3 +200,20 @@ def test_exact_puts_a_definition_in_code_before_its_uses(tmp_path):
     notes = lib.search("parse_header", 5, "exact", "docs", "docs/notes.txt")
     assert [h["line_start"] for h in notes["hits"]] == [1]  # prose keeps document order
     assert notes["hits"][0]["line_end"] == 2
+
+
+def test_a_source_glob_limits_every_mode_to_the_files_it_matches(tmp_path):
+    text = "The parser reads the header line first.\n"
+    lib = library_with(tmp_path, {"src/app/parse.py": "# " + text, "src/util.py": "# " + text,
+                                  "docs/parse.md": text, "tests/test_parse.py": "# " + text})
+    for mode in ("auto", "bm25", "exact"):
+        query = "header line" if mode == "exact" else "parser header"
+        deep = lib.search(query, 10, mode, "docs", "docs/src/**/*.py")
+        assert {h["source"] for h in deep["hits"]} == {"docs/src/app/parse.py",
+                                                       "docs/src/util.py"}, mode
+        one = lib.search(query, 10, mode, "docs", "docs/src/*/*.py")
+        assert {h["source"] for h in one["hits"]} == {"docs/src/app/parse.py"}, mode
+    assert {h["source"] for h in lib.search("header", 10, "bm25", "docs", "docs/*/[!t]*.??")[
+        "hits"]} == {"docs/docs/parse.md", "docs/src/util.py"}
+    with pytest.raises(UserError, match="no source in 'docs' matches"):
+        lib.search("header", 10, "bm25", "docs", "docs/**/*.rs")
