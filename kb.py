@@ -213,39 +213,39 @@ EXAMPLE_LLMS = {"anthropic": "claude-haiku-4-5", "openai": "gpt-4.1-mini",
 def _validate_contextualizer(block: dict, path: Path) -> None:
     """Check the `contextualizer` block against contextualize.CONFIG_FIELDS and its bounds."""
     _check_fields("contextualizer", block, ctx.CONFIG_FIELDS, path)
+    _check_provider("contextualizer", block, ctx.PROVIDERS, EXAMPLE_LLMS, path)
+    _check_bounds("contextualizer", block, {
+        "batchSize": (1, ctx.MAX_BATCH), "concurrency": (1, ctx.MAX_CONCURRENCY),
+        "maxChars": ctx.MAX_CHARS_RANGE, "numCtx": chat.NUM_CTX_RANGE}, path)
+
+
+def _check_provider(block_name: str, block: dict, providers: tuple[str, ...],
+                    examples: dict[str, str], path: Path) -> None:
+    """A known `provider`, and a `model` for each provider `examples` names one for."""
     provider = block.get("provider") or "none"
-    if provider not in ctx.PROVIDERS:
-        raise ConfigError(f"{path}: field 'contextualizer.provider' is {provider!r}; known "
-                          f"providers: {', '.join(ctx.PROVIDERS)}")
-    if provider != "none" and not block.get("model"):
-        raise ConfigError(f"{path}: field 'contextualizer.model' is needed for provider "
-                          f"{provider!r}; name the chat model, e.g. {EXAMPLE_LLMS[provider]!r}")
-    bounds = {"batchSize": (1, ctx.MAX_BATCH), "concurrency": (1, ctx.MAX_CONCURRENCY),
-              "maxChars": ctx.MAX_CHARS_RANGE, "numCtx": chat.NUM_CTX_RANGE}
+    if provider not in providers:
+        raise ConfigError(f"{path}: field '{block_name}.provider' is {provider!r}; known "
+                          f"providers: {', '.join(providers)}")
+    if provider in examples and not block.get("model"):
+        raise ConfigError(f"{path}: field '{block_name}.model' is needed for provider "
+                          f"{provider!r}; name the model, e.g. {examples[provider]!r}")
+
+
+def _check_bounds(block_name: str, block: dict, bounds: dict[str, tuple], path: Path) -> None:
+    """Each number within its (low, high) bounds; JSON's true is no number."""
     for name, (low, high) in bounds.items():
         value = block.get(name)
-        if value is not None and not low <= value <= high:
-            raise ConfigError(f"{path}: field 'contextualizer.{name}' must be {low}-{high}, "
+        if value is not None and (isinstance(value, bool) or not low <= value <= high):
+            raise ConfigError(f"{path}: field '{block_name}.{name}' must be {low:g}-{high:g}, "
                               f"not {value}")
 
 
 def _validate_query_expansion(block: dict, path: Path) -> None:
     """Check the `queryExpansion` block against query_expansion.CONFIG_FIELDS and its bounds."""
     _check_fields("queryExpansion", block, qe.CONFIG_FIELDS, path)
-    provider = block.get("provider") or "none"
-    if provider not in qe.PROVIDERS:
-        raise ConfigError(f"{path}: field 'queryExpansion.provider' is {provider!r}; known "
-                          f"providers: {', '.join(qe.PROVIDERS)}")
-    if provider != "none" and not block.get("model"):
-        raise ConfigError(f"{path}: field 'queryExpansion.model' is needed for provider "
-                          f"{provider!r}; name the chat model, e.g. {EXAMPLE_LLMS[provider]!r}")
-    bounds = {"count": qe.COUNT_RANGE, "timeout": qe.TIMEOUT_RANGE,
-              "numCtx": chat.NUM_CTX_RANGE}
-    for name, (low, high) in bounds.items():
-        value = block.get(name)
-        if value is not None and (isinstance(value, bool) or not low <= value <= high):
-            raise ConfigError(f"{path}: field 'queryExpansion.{name}' must be {low:g}-{high:g}, "
-                              f"not {value}")
+    _check_provider("queryExpansion", block, qe.PROVIDERS, EXAMPLE_LLMS, path)
+    _check_bounds("queryExpansion", block, {"count": qe.COUNT_RANGE, "timeout": qe.TIMEOUT_RANGE,
+                                            "numCtx": chat.NUM_CTX_RANGE}, path)
     languages = block.get("languages") or []
     if len(languages) > qe.MAX_LANGUAGES or not all(
             isinstance(v, str) and 0 < len(v.strip()) <= qe.MAX_LANGUAGE_CHARS for v in languages):
@@ -332,13 +332,8 @@ def _validate_rerank(block: dict, path: Path) -> None:
     """Check the `rerank` block against rerank.CONFIG_FIELDS: a known provider, the model
     where one is needed, chatProvider and numCtx only for `llm`, topN and timeout in bounds."""
     _check_fields("rerank", block, rerank.CONFIG_FIELDS, path)
+    _check_provider("rerank", block, rerank.PROVIDERS, EXAMPLE_RERANKERS, path)
     provider = block.get("provider") or "none"
-    if provider not in rerank.PROVIDERS:
-        raise ConfigError(f"{path}: field 'rerank.provider' is {provider!r}; known providers: "
-                          f"{', '.join(rerank.PROVIDERS)}")
-    if provider in EXAMPLE_RERANKERS and not block.get("model"):
-        raise ConfigError(f"{path}: field 'rerank.model' is needed for provider {provider!r}; "
-                          f"name the model, e.g. {EXAMPLE_RERANKERS[provider]!r}")
     chat_provider = block.get("chatProvider")
     if provider == "llm" and chat_provider not in chat.PROVIDERS:
         raise ConfigError(f"{path}: field 'rerank.chatProvider' is {chat_provider!r}; provider "
@@ -347,13 +342,8 @@ def _validate_rerank(block: dict, path: Path) -> None:
         if provider != "llm" and block.get(name) is not None:
             raise ConfigError(f"{path}: field 'rerank.{name}' is for provider 'llm' only; "
                               f"remove it, or set 'rerank.provider' to \"llm\"")
-    bounds = {"topN": rerank.TOP_N_RANGE, "timeout": rerank.TIMEOUT_RANGE,
-              "numCtx": chat.NUM_CTX_RANGE}
-    for name, (low, high) in bounds.items():
-        value = block.get(name)
-        if value is not None and (isinstance(value, bool) or not low <= value <= high):
-            raise ConfigError(f"{path}: field 'rerank.{name}' must be {low:g}-{high:g}, not "
-                              f"{value}")
+    _check_bounds("rerank", block, {"topN": rerank.TOP_N_RANGE, "timeout": rerank.TIMEOUT_RANGE,
+                                    "numCtx": chat.NUM_CTX_RANGE}, path)
 
 
 def _validate_text_extensions(suffixes: list, path: Path) -> None:

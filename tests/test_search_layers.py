@@ -3,11 +3,11 @@ SQLite, and 127.0.0.1 servers speaking the chat and rerank wire formats: several
 query expansion, a rerank stage with its fallback, and MMR diversity."""
 
 import json
-import threading
 import time
 
 import pytest
 from conftest import JsonApi, shared_path
+from test_query_expansion import KEY, Chat
 
 import kb as kbmod
 import query_expansion as qe
@@ -18,27 +18,6 @@ from library import Library, UserError
 ENGLISH = "which statistical models forecast time series with seasonal patterns"
 KOREAN = "계절성 시계열 예측 모델"
 STORY = "docs/ai-story.txt"
-
-
-class Chat(JsonApi):
-    """An OpenAI-compatible chat server answering `reply`; holds answers while `hold`."""
-
-    def __init__(self, reply: str) -> None:
-        self.reply, self.hold = reply, False
-        self.release = threading.Event()
-        super().__init__()
-
-    def close(self) -> None:
-        self.release.set()
-        super().close()
-
-    def answer(self, path: str, headers: dict, body: dict) -> tuple[int, dict, dict]:
-        if self.hold:
-            self.release.wait(10)
-        return 200, {}, {"id": "c1", "object": "chat.completion", "created": 1,
-                         "model": body["model"], "choices": [{
-                             "index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": self.reply}}]}
 
 
 class Cohere(JsonApi):
@@ -83,7 +62,7 @@ def papers():
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
     monkeypatch.setattr(qe, "_cache", qe._Lru(qe.CACHE_ENTRIES))
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
 
 
 def sources(result: dict, n: int = 3) -> list[str]:
@@ -111,7 +90,7 @@ def test_phrasings_are_bounded_before_any_work(tmp_path):
 
 
 def test_query_expansion_is_sent_cached_and_bounded(tmp_path, papers):
-    chat = Chat(f"1. {KOREAN}\n2. seasonal forecasting models")
+    chat = Chat("openai", f"1. {KOREAN}\n2. seasonal forecasting models")
     try:
         block = {"provider": "openai", "model": "m", "baseUrl": chat.url, "timeout": 1.0,
                  "apiKeyPreset": "OpenAI"}
