@@ -98,7 +98,7 @@ class OpenKB:
             self.refresh.close()
 
 
-GLOB_CHARS = set("*?[")  # a `source` holding one of these is a path glob
+GLOB_CHARS = set("*?[")  # a `source` holding one, that names no source, is a path glob
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
@@ -346,8 +346,7 @@ class Library:
         limits.check_name(source, "source")
         kb = self.resolve(kb_id)
         if source is not None:
-            source = (self._sources_matching(kb, source) if GLOB_CHARS & set(source)
-                      else self._source_name(kb, source))
+            source = self._sources_named(kb, source)
         expansion = self._expand(kb, asked) if expand and mode != "exact" else None
         searched = expansion.queries if expansion else asked
         vector = mode in ("vector", "auto")
@@ -611,6 +610,16 @@ class Library:
         if queue_runner.live_status(self.base, kb_id)["status"] == "running":
             return "indexing"
         return "incomplete" if counts.get("pending") else "ready"
+
+    def _sources_named(self, kb_id: str, source: str) -> str | list[str]:
+        """A source's name (as _source_name finds it), else, when it holds a glob character,
+        the sources it matches as a path glob: a name may hold `[` itself."""
+        try:
+            return self._source_name(kb_id, source)
+        except UserError:
+            if not GLOB_CHARS & set(source):
+                raise
+        return self._sources_matching(kb_id, source)
 
     def _sources_matching(self, kb_id: str, pattern: str) -> list[str]:
         """The sources whose names match a path glob (`src/**/*.py`: `*` and `?` within a
