@@ -8,7 +8,7 @@ limits, atomic, safeopen, below). pdf, text, image (OCR of image files), office
 mail (EML, MSG), audio (recordings), structured (JSON, YAML, TOML, INI, XML, CSV/TSV, logs,
 subtitles), code (source files, by extension or shebang); ocr (Tesseract and its cache), zipxml
 and pdflayout are shared helpers of the readers. Importing this package loads no reader (only
-code's tables, which import no parser): extract.py imports one on first use, which keeps the
+the language tables, formats/languages.py): extract.py imports one on first use, which keeps the
 server's start fast.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from formats.code import LANGUAGES, script_language
+from formats.languages import LANGUAGES, script_language
 
 # -----------------------------------------------------------------------------
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown")

@@ -46,7 +46,7 @@ from formats import (
     supported,  # which attachments a reader claims
 )
 from formats.base import Extracted, ExtractError, check_text_size, clean_lines, decode_text
-from formats.code import head_language
+from formats.languages import head_language
 
 # -----------------------------------------------------------------------------
 HEADERS = ("From", "To", "Cc", "Date", "Subject")  # the header lines, in this order

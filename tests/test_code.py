@@ -28,7 +28,7 @@ import kb as kbmod
 import library
 import search
 import segment
-from formats import code
+from formats import languages
 
 pytest.importorskip("tree_sitter_language_pack")
 
@@ -310,7 +310,7 @@ def test_line_numbers_survive_separators_editors_do_not_break_on(tmp_path):
 def test_a_file_without_extension_is_code_by_its_shebang(tmp_path, first_line, language):
     path = tmp_path / "tool"
     path.write_text(f"{first_line}\necho hi\n", encoding="utf-8")
-    assert code.language_of(path) == language
+    assert languages.language_of(path) == language
     assert extract.supported(path) is (language is not None)
     if language is None:
         with pytest.raises(extract.ExtractError) as err:
@@ -424,7 +424,7 @@ def _linguist(tmp_path: Path, sample: str) -> Path:
 @pytest.mark.parametrize(("sample", "symbol"), LINGUIST_SAMPLES)
 def test_real_files_of_every_language_from_linguist(tmp_path, sample, symbol):
     path = _linguist(tmp_path, sample)
-    if path.suffix.lower() not in code.LANGUAGES:  # a sample named by a variant suffix
+    if path.suffix.lower() not in languages.LANGUAGES:  # a sample named by a variant suffix
         path = path.rename(path.with_suffix({".kojo": ".scala", ".p8": ".lua"}[path.suffix]))
     doc, chunks = chunks_of(path)
     assert_lines_are_the_files(path, doc, chunks)
