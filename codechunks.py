@@ -27,6 +27,7 @@ from pathlib import PurePosixPath
 
 import chunking
 from formats.base import Extracted
+from formats.languages import parser_language
 from fulltext import Chunk
 
 # -----------------------------------------------------------------------------
@@ -110,10 +111,11 @@ def hit_fields(parser: str, context: str) -> dict[str, str]:
     """What a hit on a code source adds: `language`, `kind`, `symbol` of the first symbol its
     chunk holds (`parser` is its source's, `context` its chunk's own column, not the
     contextualizer's); {} for any other source, whose context is a heading or header row."""
-    if not parser.startswith("code:"):
+    language = parser_language(parser)
+    if language is None:
         return {}
     found = symbols(context)
-    return found[0] if found else {"language": parser[len("code:"):].split("+")[0]}
+    return found[0] if found else {"language": language}
 
 
 def module_name(source: str) -> str:

@@ -282,15 +282,16 @@ def compile_pattern(line: str, prefix: str, fold: bool) -> Pattern | None:
     if not line:
         return None
     anchored = "/" in line
-    body = _translate(line[1:] if line.startswith("/") else line)
+    body = glob_regex(line[1:] if line.startswith("/") else line)
     head = re.escape(prefix + "/") if prefix else ""
     regex = re.compile(head + ("" if anchored else "(?:.*/)?") + body,
                        re.IGNORECASE | re.DOTALL if fold else re.DOTALL)
     return Pattern(regex, negate, folders_only)
 
 
-def _translate(glob: str) -> str:
-    """Git's wildmatch with FNM_PATHNAME as a regex: `*`, `?` and `[...]` never match "/",
+def glob_regex(glob: str) -> str:
+    """Git's wildmatch with FNM_PATHNAME as a regex (also what `search(source=...)` takes as a
+    path glob): `*`, `?` and `[...]` never match "/",
     `**` as a whole segment matches any number of folders, `\\x` is x itself. A path is
     matched whole, never as a prefix: "z/**" matches what z holds, not z (so `!z/keep.txt`
     can re-include), which is where pathspec's GitIgnoreSpec answers otherwise."""

@@ -28,6 +28,7 @@ import fulltext
 import kb as kbmod
 import limits
 import run_status
+from formats.languages import parser_language
 from limits import UserError, check_text, shown
 from pidlock import LockBusy, PidLock
 
@@ -99,31 +100,6 @@ class OpenKB:
 
 
 GLOB_CHARS = set("*?[")  # a `source` holding one, that names no source, is a path glob
-
-
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A path glob as a regex over whole names: `**/` any folders (or none), `**` anything,
-    `*` and `?` within one folder, `[...]` a set of characters."""
-    out, at = [], 0
-    while at < len(pattern):
-        if pattern.startswith("**/", at):
-            out.append("(?:.*/)?")
-            at += 3
-        elif pattern.startswith("**", at):
-            out.append(".*")
-            at += 2
-        elif pattern[at] in "*?":
-            out.append("[^/]*" if pattern[at] == "*" else "[^/]")
-            at += 1
-        elif pattern[at] == "[" and "]" in pattern[at + 2:]:
-            end = pattern.index("]", at + 2)
-            body = pattern[at + 1:end].replace("\\", "\\\\")
-            out.append("[" + ("^" + body[1:] if body[0] in "!^" else body) + "]")
-            at = end + 1
-        else:
-            out.append(re.escape(pattern[at]))
-            at += 1
-    return re.compile("".join(out))
 
 
 class Library:
@@ -512,8 +488,8 @@ class Library:
             total = fulltext.counts(entry.conn)["sources"]
             sources = fulltext.list_sources(entry.conn, offset, limit)
         for source in sources:
-            if str(source.get("parser", "")).startswith("code:"):  # code:python+tree-sitter
-                source["language"] = source["parser"][5:].split("+")[0]
+            if language := parser_language(source.get("parser") or ""):
+                source["language"] = language
         page = {"kb_id": entry.kb.id, "total": total, "offset": offset, "sources": sources}
         if offset + len(sources) < total:
             page["next_offset"] = offset + len(sources)
@@ -624,13 +600,19 @@ class Library:
     def _sources_matching(self, kb_id: str, pattern: str) -> list[str]:
         """The sources whose names match a path glob (`src/**/*.py`: `*` and `?` within a
         folder, `**` across folders, `[...]` a set), at most limits.MAX_GLOB_SOURCES."""
-        regex = glob_regex(pattern)
+        import ignores
+
+        regex = re.compile(ignores.glob_regex(pattern), re.DOTALL)
         with self.reading(kb_id) as entry:
             # SQLite GLOB first (its * crosses folders, its negated set is [^...]), then the regex
             rough = pattern.replace("**/", "*").replace("**", "*").replace("[!", "[^")
-            names = [name for (name,) in entry.conn.execute(
-                "SELECT name FROM sources WHERE name GLOB ? ORDER BY name", (rough,))
-                if regex.fullmatch(name)]
+            names = []
+            for (name,) in entry.conn.execute(
+                    "SELECT name FROM sources WHERE name GLOB ? ORDER BY name", (rough,)):
+                if regex.fullmatch(name):
+                    names.append(name)
+                    if len(names) > limits.MAX_GLOB_SOURCES:
+                        break  # one past the bound says it is passed; no more is read
             if not names:
                 some = [n for (n,) in entry.conn.execute(
                     "SELECT name FROM sources ORDER BY name LIMIT 5")]
@@ -639,8 +621,8 @@ class Library:
                             f"named like {', '.join(map(repr, some)) or 'nothing yet'} "
                             "(list_sources shows them all)")
         if len(names) > limits.MAX_GLOB_SOURCES:
-            raise UserError(f"{shown(pattern)} matches {len(names):,} sources; a search takes "
-                            f"at most {limits.MAX_GLOB_SOURCES:,}: narrow the pattern")
+            raise UserError(f"{shown(pattern)} matches more than {limits.MAX_GLOB_SOURCES:,} "
+                            f"sources, the most a search takes: narrow the pattern")
         return names
 
     def _source_name(self, kb_id: str, source: str) -> str:

@@ -74,3 +74,8 @@ def language_of(path: Path) -> str | None:
     """A code file's language: by its extension, else (no extension) by its shebang."""
     suffix = path.suffix.lower()
     return LANGUAGES.get(suffix) if suffix else script_language(path)
+
+
+def parser_language(parser: str) -> str | None:
+    """The language of a source whose parser says it is code (`code:python+tree-sitter`)."""
+    return parser[len("code:"):].split("+")[0] if parser.startswith("code:") else None

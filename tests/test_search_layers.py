@@ -10,6 +10,7 @@ from conftest import JsonApi, shared_path
 from test_query_expansion import KEY, Chat
 
 import kb as kbmod
+import limits
 import query_expansion as qe
 import rerank
 from ingest import ingest
@@ -196,3 +197,11 @@ def test_a_source_glob_limits_every_mode_to_the_files_it_matches(tmp_path):
         "hits"]} == {"docs/docs/parse.md", "docs/src/util.py"}
     with pytest.raises(UserError, match="no source in 'docs' matches"):
         lib.search("header", 10, "bm25", "docs", "docs/**/*.rs")
+
+
+def test_a_glob_matching_more_sources_than_the_bound_is_refused(tmp_path, monkeypatch):
+    lib = library_with(tmp_path, {f"n{i}.txt": f"note {i}" for i in range(12)})
+    monkeypatch.setattr(limits, "MAX_GLOB_SOURCES", 3)
+    with pytest.raises(UserError, match="matches more than 3 sources"):
+        lib.search("note", 5, "bm25", "docs", "docs/*.txt")
+    assert len(lib.search("note", 5, "bm25", "docs", "docs/n1*.txt")["hits"]) == 3  # n1,n10,n11
