@@ -543,11 +543,8 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
 Sources = str | Sequence[str] | None  # one source's name, several names, or every source
 
 
-def source_filter(source: Sources) -> tuple[str, list[str]]:
-    """The SQL test on `s.name` for a source or several (`""` for every source), and its
-    parameters."""
-    if source is None:
-        return "", []
+def source_filter(source: str | Sequence[str]) -> tuple[str, list[str]]:
+    """The SQL test on `s.name` for a source or several, and its parameters."""
     if isinstance(source, str):
         return "s.name = ?", [source]
     return f"s.name IN ({','.join('?' * len(source))})", list(source)

@@ -298,6 +298,8 @@ def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> Non
     if url is not None and not re.match(r"^https?://[^/\s]+", url):
         raise ConfigError(f"{path}: field '{block_name}.baseUrl' must look like "
                           f"http://host:port, not {url!r}")
+
+
 SEARCH_WEIGHTS = {  # search block's 0-1 fields -> what 0 and 1 mean
     "vectorWeight": ("BM25 only", "vectors only"),
     "titleWeight": ("file names ignored", "file names only"),
