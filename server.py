@@ -102,6 +102,9 @@ def argument_errors(tool: str, err: PydanticError, known: list[str]) -> str:
             limit = next(iter(ctx.values()), "")
             sentences.append(f"{name} must be {bound} {limit:,}" if isinstance(limit, int)
                              else f"{name} must be {bound} {limit}")
+        elif kind == "too_long":
+            sentences.append(f"{name} holds {ctx.get('actual_length')} items; send at most "
+                             f"{ctx.get('max_length')}")
         elif kind == "literal_error":
             sentences.append(f"{name} must be one of {ctx.get('expected', '')}")
         else:

@@ -339,6 +339,9 @@ def test_chroma_url_must_be_http(tmp_path):
      "search: search has no argument 'topk'; its arguments are: query, top_k, search_mode, "
      "kb_id, source, queries, diversity, expand, case_sensitive."),
     ("search", {"top_k": 3}, "search: query is required."),
+    ("search", {"query": "x", "diversity": 5}, "search: diversity must be at most 1.0."),
+    ("search", {"query": "x", "queries": ["y"] * 500},
+     "search: queries holds 500 items; send at most 5."),
     ("read_range", {"source": "notes.txt", "page": 0}, "read_range: page must be at least 1."),
     ("read_range", {"source": "notes.txt", "page": "two"},
      "read_range: page must be a whole number."),

@@ -88,6 +88,11 @@ def test_phrasings_are_bounded_before_any_work(tmp_path):
         lib.search("alpha", 3, "auto", "docs", None, queries=["beta"] * 6)
     with pytest.raises(UserError, match="queries"):
         lib.search("alpha", 3, "auto", "docs", None, queries=["x" * 5000])
+    document = "A pasted document, line after line. " * 30_000  # ~1 MB as one phrasing
+    with pytest.raises(UserError, match="queries"):
+        lib.search("alpha", 3, "auto", "docs", None, queries=["beta", document])
+    with pytest.raises(UserError, match="at most 5"):
+        lib.search("alpha", 3, "auto", "docs", None, queries=["beta"] * 10_000)
 
 
 def test_query_expansion_is_sent_cached_and_bounded(tmp_path, papers):
