@@ -19,6 +19,7 @@ import ipaddress
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -26,7 +27,7 @@ from urllib.parse import urlsplit
 
 import anyio
 from fastmcp import Context, FastMCP
-from fastmcp.exceptions import ToolError, ValidationError
+from fastmcp.exceptions import FastMCPError, ToolError, ValidationError
 from fastmcp.server.lifespan import lifespan
 from fastmcp.server.middleware import Middleware
 from pydantic import BeforeValidator, Field
@@ -127,6 +128,26 @@ class PlainArgumentErrors(Middleware):
             raise ToolError(argument_errors(name, err.__cause__, known)) from None
 
 
+class NoInternalErrors(Middleware):
+    """A failure inside linecite or a library (Chroma's, SQLite's) reaches the agent as one
+    sentence that says what to do; its text and traceback go to stderr, the host's log.
+    fastmcp would send `str(err)`: a path, or "'RustBindingsAPI' object has no attribute"."""
+
+    async def on_call_tool(self, context, call_next):
+        try:
+            return await call_next(context)
+        except ToolError as err:
+            cause = err.__cause__
+            if cause is None or isinstance(cause, FastMCPError):
+                raise  # ours (UserError, argument errors) or fastmcp's own words
+            name = context.message.name
+            print(f"linecite: {name} failed inside the server:", file=sys.stderr)
+            traceback.print_exception(cause, file=sys.stderr)
+            raise ToolError(f"{name} failed inside the server; nothing already indexed was "
+                            "lost. Try the call again; if it fails again, the server's log "
+                            "(its stderr, in the host's MCP log) says why") from None
+
+
 class WarmUp(Middleware):
     """Once the host has listed the tools (the handshake is over, so it is not slowed), load
     what a first search needs in a thread: in a new process that search otherwise waits
@@ -153,7 +174,7 @@ mcp = FastMCP(
                  "is said (source, page, line_start, line_end), then `read_range` to read those "
                  "exact lines before quoting them. Cite as: source, page, lines.",
     lifespan=open_library,
-    middleware=[PlainArgumentErrors(), warm_up],
+    middleware=[NoInternalErrors(), PlainArgumentErrors(), warm_up],
 )
 
 

@@ -1,0 +1,107 @@
+"""The first minute of a new server (issue 30): a real `python server.py` over real stdio, the
+warm-up on, spoken to with the official `mcp` client as a host speaks to it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import clean_env
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+SERVER = str(REPO / "server.py")
+
+FIRST = "Harbour log\nThe harbour crane was inspected in May.\n항구 크레인 점검을 마쳤습니다.\n"
+LATER = "Tide notes\nThe quillwort tide gauge was recalibrated on Friday.\n"
+
+
+def ingest_cli(*args: str, base: Path) -> dict:
+    proc = subprocess.run([PY, str(REPO / "ingest.py"), *args, "--base-path", str(base),
+                           "--quiet"], capture_output=True, text=True, encoding="utf-8",
+                          env=clean_env(), cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory) -> tuple[Path, Path]:
+    """(base, docs): a KB `default` that follows `docs`, one file indexed and embedded, so a
+    warm-up opens its Chroma store."""
+    root = tmp_path_factory.mktemp("startup")
+    docs, base = root / "docs", root / "base"
+    docs.mkdir()
+    (docs / "harbour.txt").write_text(FIRST, encoding="utf-8")
+    summary = ingest_cli(str(docs), "--kb", "default", base=base)
+    assert summary["indexed"] == 1 and summary["embedded"] == summary["chunks"], summary
+    return base, docs
+
+
+def text_of(result) -> str:
+    return "".join(getattr(part, "text", "") for part in result.content)
+
+
+async def test_ingest_file_right_after_the_tools_are_listed_indexes_the_file(indexed,
+                                                                            tmp_path):
+    # issue 30.1: the warm-up opened Chroma in a thread while ingest_file opened it to write;
+    # the call failed with "'RustBindingsAPI' object has no attribute 'bindings'" or a path
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    base, docs = indexed
+    later = docs / f"tide-{tmp_path.name}.txt"
+    later.write_text(LATER, encoding="utf-8")
+    params = StdioServerParameters(command=PY, args=[SERVER, "--base-path", str(base)],
+                                   env=clean_env(LINECITE_WARM_UP="1"), cwd=str(REPO))
+    log = tmp_path / "server.log"
+    with log.open("w", encoding="utf-8") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            await session.list_tools()
+            done = await session.call_tool("ingest_file", {"path": str(later)})
+            assert not done.is_error, text_of(done)
+            summary = done.structured_content
+            assert summary["indexed"] == 1 and summary["failed"] == [], summary
+            found = (await session.call_tool("search", {"query": "quillwort tide gauge",
+                                                        "search_mode": "vector"}))
+            assert not found.is_error, text_of(found)
+            hits = found.structured_content["hits"]
+            assert hits and "quillwort" in hits[0]["text"], hits
+            listed = (await session.call_tool("list_sources", {})).structured_content
+            state = {s["name"]: s["state"] for s in listed["sources"]}
+            assert state[hits[0]["source"]] == "ready", state
+    assert "Traceback" not in log.read_text(encoding="utf-8")
+
+
+async def test_a_failure_inside_the_server_reaches_the_agent_as_what_to_do(tmp_path):
+    # issue 30.1: Chroma's own words reached the agent ("'RustBindingsAPI' object has no
+    # attribute 'bindings'", a bare path); here a store whose database is overwritten
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    docs, base = tmp_path / "docs", tmp_path / "base"
+    docs.mkdir()
+    (docs / "harbour.txt").write_text(FIRST, encoding="utf-8")
+    ingest_cli(str(docs), "--kb", "default", base=base)
+    (base / "default" / "chroma" / "chroma.sqlite3").write_bytes(b"not a database " * 64)
+    (docs / "tide.txt").write_text(LATER, encoding="utf-8")
+    params = StdioServerParameters(command=PY, args=[SERVER, "--base-path", str(base)],
+                                   env=clean_env(), cwd=str(REPO))
+    log = tmp_path / "server.log"
+    with log.open("w", encoding="utf-8") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            failed = await session.call_tool("ingest_file", {"path": str(docs / "tide.txt")})
+            found = await session.call_tool("search", {"query": "harbour crane",
+                                                       "search_mode": "bm25"})
+    said = text_of(failed)
+    assert failed.is_error and "try the call again" in said.lower(), said
+    for internal in ("not a database", "InternalError", str(base), "code: 26"):
+        assert internal not in said, said
+    assert "not a database" in log.read_text(encoding="utf-8")  # the detail is in the log
+    assert found.structured_content["hits"], "what was indexed before is still found"
