@@ -885,6 +885,9 @@ def allowed_path(path: str, kb: kbmod.KnowledgeBase) -> Path:
         raise UserError(f"{path!r} is outside the folders this knowledge base may read "
                         f"({', '.join(map(str, folders))}); symlinks and '..' are followed "
                         "before checking")
+    if not resolved.exists():
+        raise UserError(f"{path!r} does not exist; check the path (list the folder), or give "
+                        "the full path of another document")
     if not resolved.is_file():
         raise UserError(f"{path!r} is not a file; give the full path of one document")
     return resolved

@@ -40,6 +40,7 @@ import paths
 import stdio_transport
 from library import MAX_CONTEXT, Library
 from limits import UserError
+from version import VERSION
 
 # ---------------------------------------------------------------------------
 DEFAULT_HOST = "127.0.0.1"
@@ -170,6 +171,7 @@ warm_up = WarmUp()
 
 mcp = FastMCP(
     "linecite",
+    version=VERSION,  # serverInfo.version; fastmcp's own otherwise
     instructions="Search local documents and cite them. Call `search` to find where something "
                  "is said (source, page, line_start, line_end), then `read_range` to read those "
                  "exact lines before quoting them. Cite as: source, page, lines.",
@@ -484,6 +486,7 @@ def http_auth(host: str):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="linecite MCP server")
+    parser.add_argument("--version", action="version", version=f"linecite {VERSION}")
     parser.add_argument("--transport", choices=["stdio", "http"],
                         default=os.environ.get("LINECITE_TRANSPORT", "stdio"))
     parser.add_argument("--host", default=os.environ.get("LINECITE_HOST", DEFAULT_HOST))

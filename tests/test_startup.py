@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -44,64 +46,88 @@ def text_of(result) -> str:
     return "".join(getattr(part, "text", "") for part in result.content)
 
 
+@asynccontextmanager
+async def official_client(base: Path, log: Path, **env: str) -> AsyncIterator[tuple]:
+    """(session, the initialize result) of a `python server.py` over stdio, driven by the
+    official `mcp` client; the server's stderr goes to `log`."""
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=PY, args=[SERVER, "--base-path", str(base)],
+                                   env=clean_env(**env), cwd=str(REPO))
+    with log.open("w", encoding="utf-8") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write) as session:
+            yield session, await session.initialize()
+
+
 async def test_ingest_file_right_after_the_tools_are_listed_indexes_the_file(indexed,
                                                                             tmp_path):
     # issue 30.1: the warm-up opened Chroma in a thread while ingest_file opened it to write;
     # the call failed with "'RustBindingsAPI' object has no attribute 'bindings'" or a path
-    from mcp import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
     base, docs = indexed
     later = docs / f"tide-{tmp_path.name}.txt"
     later.write_text(LATER, encoding="utf-8")
-    params = StdioServerParameters(command=PY, args=[SERVER, "--base-path", str(base)],
-                                   env=clean_env(LINECITE_WARM_UP="1"), cwd=str(REPO))
     log = tmp_path / "server.log"
-    with log.open("w", encoding="utf-8") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), \
-                ClientSession(read, write) as session:
-            await session.initialize()
-            await session.list_tools()
-            done = await session.call_tool("ingest_file", {"path": str(later)})
-            assert not done.is_error, text_of(done)
-            summary = done.structured_content
-            assert summary["indexed"] == 1 and summary["failed"] == [], summary
-            found = (await session.call_tool("search", {"query": "quillwort tide gauge",
-                                                        "search_mode": "vector"}))
-            assert not found.is_error, text_of(found)
-            hits = found.structured_content["hits"]
-            assert hits and "quillwort" in hits[0]["text"], hits
-            listed = (await session.call_tool("list_sources", {})).structured_content
-            state = {s["name"]: s["state"] for s in listed["sources"]}
-            assert state[hits[0]["source"]] == "ready", state
+    async with official_client(base, log, LINECITE_WARM_UP="1") as (session, _):
+        await session.list_tools()
+        done = await session.call_tool("ingest_file", {"path": str(later)})
+        assert not done.is_error, text_of(done)
+        summary = done.structured_content
+        assert summary["indexed"] == 1 and summary["failed"] == [], summary
+        found = (await session.call_tool("search", {"query": "quillwort tide gauge",
+                                                    "search_mode": "vector"}))
+        assert not found.is_error, text_of(found)
+        hits = found.structured_content["hits"]
+        assert hits and "quillwort" in hits[0]["text"], hits
+        listed = (await session.call_tool("list_sources", {})).structured_content
+        state = {s["name"]: s["state"] for s in listed["sources"]}
+        assert state[hits[0]["source"]] == "ready", state
     assert "Traceback" not in log.read_text(encoding="utf-8")
 
 
 async def test_a_failure_inside_the_server_reaches_the_agent_as_what_to_do(tmp_path):
     # issue 30.1: Chroma's own words reached the agent ("'RustBindingsAPI' object has no
     # attribute 'bindings'", a bare path); here a store whose database is overwritten
-    from mcp import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
     docs, base = tmp_path / "docs", tmp_path / "base"
     docs.mkdir()
     (docs / "harbour.txt").write_text(FIRST, encoding="utf-8")
     ingest_cli(str(docs), "--kb", "default", base=base)
     (base / "default" / "chroma" / "chroma.sqlite3").write_bytes(b"not a database " * 64)
     (docs / "tide.txt").write_text(LATER, encoding="utf-8")
-    params = StdioServerParameters(command=PY, args=[SERVER, "--base-path", str(base)],
-                                   env=clean_env(), cwd=str(REPO))
     log = tmp_path / "server.log"
-    with log.open("w", encoding="utf-8") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), \
-                ClientSession(read, write) as session:
-            await session.initialize()
-            failed = await session.call_tool("ingest_file", {"path": str(docs / "tide.txt")})
-            found = await session.call_tool("search", {"query": "harbour crane",
-                                                       "search_mode": "bm25"})
+    async with official_client(base, log) as (session, _):
+        failed = await session.call_tool("ingest_file", {"path": str(docs / "tide.txt")})
+        found = await session.call_tool("search", {"query": "harbour crane",
+                                                   "search_mode": "bm25"})
     said = text_of(failed)
     assert failed.is_error and "try the call again" in said.lower(), said
     for internal in ("not a database", "InternalError", str(base), "code: 26"):
         assert internal not in said, said
     assert "not a database" in log.read_text(encoding="utf-8")  # the detail is in the log
     assert found.structured_content["hits"], "what was indexed before is still found"
+
+
+async def test_the_handshake_names_linecite_and_its_version(indexed, tmp_path):
+    # issue 30.8: serverInfo.version was fastmcp's (4.2.3)
+    import fastmcp
+
+    from version import VERSION
+
+    async with official_client(indexed[0], tmp_path / "server.log") as (_, init):
+        assert (init.server_info.name, init.server_info.version) == ("linecite", VERSION)
+    assert VERSION != fastmcp.__version__
+    shown = subprocess.run([PY, SERVER, "--version"], capture_output=True, text=True,
+                           encoding="utf-8", cwd=REPO, timeout=60).stdout
+    assert shown.strip() == f"linecite {VERSION}"
+
+
+async def test_a_missing_file_is_said_not_to_exist(indexed, tmp_path):
+    # issue 30.8: a typo in the path was answered "is not a file"
+    base, docs = indexed
+    missing = docs / "no-such-notes.txt"
+    async with official_client(base, tmp_path / "server.log") as (session, _):
+        result = await session.call_tool("ingest_file", {"path": str(missing)})
+        folder = await session.call_tool("ingest_file", {"path": str(docs)})
+    assert result.is_error and "does not exist" in text_of(result), text_of(result)
+    assert folder.is_error and "is not a file" in text_of(folder), text_of(folder)
