@@ -6,8 +6,9 @@
 
 Serves every knowledge base under the base folder (`--base-path`, else LINECITE_HOME, else
 the user data folder). Tools are thin: each calls one Library method (library.py). Kiwi,
-jieba, the embedder and Chroma load on the first call that needs them, so tools are listed
-about a second after spawn. Nothing but protocol is written to stdout.
+jieba, the embedder and Chroma load on the first call that needs them or in the warm-up
+(stdio: from `initialize`; HTTP: as it starts), so tools are listed as soon as a bare FastMCP
+server lists its own (`python -m bench startup`). Nothing but protocol is written to stdout.
 
 Layer: surface (top): the MCP tools and transports; nothing of the product imports it.
 """
@@ -45,7 +46,8 @@ from version import VERSION
 # ---------------------------------------------------------------------------
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-WARM_UP_ENV = "LINECITE_WARM_UP"  # "0": no warm-up search after the tools are listed
+WARM_UP_ENV = "LINECITE_WARM_UP"  # "0": no warm-up search (at initialize; HTTP: at start)
+HANDSHAKE_GRACE = 1.0  # seconds a warm-up started at initialize waits for tools/list
 TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # bearer token; required when binding a non-loopback address
 # ---------------------------------------------------------------------------
 
@@ -73,6 +75,8 @@ def whole(low: int, high: int, description: str) -> object:
 async def open_library(server: FastMCP):
     library = Library(paths.default_base_path())
     warm_up.library = library
+    if warm_up.at_start:
+        warm_up.start()
     try:
         yield {"library": library}
     finally:
@@ -150,21 +154,48 @@ class NoInternalErrors(Middleware):
 
 
 class WarmUp(Middleware):
-    """Once the host has listed the tools (the handshake is over, so it is not slowed), load
-    what a first search needs in a thread: in a new process that search otherwise waits
-    2-7 s for Kiwi, jieba, the embedder and Chroma. LINECITE_WARM_UP=0 turns it off."""
+    """Load what a first search needs, in a thread: in a new process that search otherwise
+    waits seconds for Kiwi, jieba, the embedder and Chroma. Over stdio it starts when the host
+    says `initialize` (the process is its: the spawn's imports are done, and the host asks
+    soon after); the HTTP server starts it with the server (`at_start`), not at a first
+    request. tools/list starts it too, for a host that never initializes. LINECITE_WARM_UP=0
+    turns it off."""
 
     library: Library | None = None
+    at_start = False  # set by main() for the HTTP transport
     started = False
 
+    def __init__(self) -> None:
+        self.listed = threading.Event()  # tools/list answered: the handshake is over
+
+    def start(self) -> None:
+        """Start the warm-up once per process (a no-op when off or already started)."""
+        if self.started or self.library is None or os.environ.get(WARM_UP_ENV, "1") == "0":
+            return
+        self.started = True
+        threading.Thread(target=self._run, args=(self.library,), name="linecite-warm-up",
+                         daemon=True).start()
+
+    def _run(self, library: Library) -> None:
+        """Yield to the handshake first: on 2 cores the loads' imports, started at once,
+        made tools/list ~0.5-1 s slower; a host lists the tools right after initializing."""
+        self.listed.wait(0 if self.at_start else HANDSHAKE_GRACE)
+        library.warm_up()
+
+    async def on_initialize(self, context, call_next):
+        self.start()
+        return await call_next(context)
+
+    async def on_discover(self, context, call_next):
+        self.start()
+        return await call_next(context)
+
     async def on_list_tools(self, context, call_next):
-        result = await call_next(context)
-        if not self.started and self.library is not None and \
-                os.environ.get(WARM_UP_ENV, "1") != "0":
-            self.started = True
-            threading.Thread(target=self.library.warm_up, name="linecite-warm-up",
-                             daemon=True).start()
-        return result
+        self.start()
+        try:
+            return await call_next(context)
+        finally:
+            self.listed.set()
 
 
 warm_up = WarmUp()
@@ -501,6 +532,7 @@ def main(argv: list[str] | None = None) -> None:
         stdio_transport.serve(mcp)
         return
     mcp.auth = http_auth(args.host)
+    warm_up.at_start = True  # an HTTP server warms up as it starts, not at a first request
     print(f"linecite: serving MCP on http://{args.host}:{args.port}/mcp", file=sys.stderr)
     # Host check: on loopback it stops DNS rebinding. Off loopback a token is required, which
     # a rebinding page cannot send, and clients reach the machine by names and addresses we

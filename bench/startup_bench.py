@@ -37,7 +37,7 @@ FIRST_AUTO_KO_TARGET = 3.0  # seconds from tools/list to the first auto answer i
 MODES = ("bm25", "vector", "auto")
 QUERIES = {"English": "when was the harbour crane inspected",  # in the KB made here
            "Korean": "항구 크레인 점검 일정"}
-HTTP_WAIT = 120.0  # seconds an HTTP server may take to say it is warm
+HTTP_WAIT = 60.0  # seconds an HTTP server may take to say it is warm
 BARE_SERVER = '''\
 from fastmcp import FastMCP
 
@@ -154,20 +154,28 @@ def free_port() -> int:
 def http_warm(base: Path, log: Path) -> float | None:
     """Seconds from starting `server.py --transport http` to its "ready to search" line on
     stderr (None if it never says so within HTTP_WAIT), nobody having asked it anything."""
+    import queue
+    import threading
+
     args = [sys.executable, str(SERVER), "--transport", "http", "--port", str(free_port()),
             "--base-path", str(base)]
     start = time.perf_counter()
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, encoding="utf-8", errors="replace", cwd=REPO,
                             env=server_env())
+    lines: queue.Queue = queue.Queue()  # stderr read on a thread, so the wait has a deadline
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True,
+                     ).start()
     try:
         with log.open("a", encoding="utf-8") as out:
-            for line in proc.stderr:
+            while (left := HTTP_WAIT - (time.perf_counter() - start)) > 0:
+                try:
+                    line = lines.get(timeout=left)
+                except queue.Empty:
+                    return None
                 out.write(line)
                 if "ready to search" in line:
                     return time.perf_counter() - start
-                if time.perf_counter() - start > HTTP_WAIT:
-                    return None
         return None
     finally:
         proc.terminate()

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
 import pytest
 from conftest import clean_env
 
@@ -131,3 +134,39 @@ async def test_a_missing_file_is_said_not_to_exist(indexed, tmp_path):
         folder = await session.call_tool("ingest_file", {"path": str(docs)})
     assert result.is_error and "does not exist" in text_of(result), text_of(result)
     assert folder.is_error and "is not a file" in text_of(folder), text_of(folder)
+
+
+def ready_line(log: Path, within: float) -> str | None:
+    """The warm-up's "ready to search" line once it is in `log`, or None after `within` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        for row in log.read_text(encoding="utf-8", errors="replace").splitlines():
+            if "ready to search" in row:
+                return row
+        time.sleep(0.2)
+    return None
+
+
+async def test_stdio_warms_up_at_initialize_before_any_listing(indexed, tmp_path):
+    # issue 30.7: the warm-up began only once the host listed the tools
+    log = tmp_path / "server.log"
+    async with official_client(indexed[0], log, LINECITE_WARM_UP="1"):
+        line = await anyio.to_thread.run_sync(ready_line, log, 90.0)
+    assert line is not None and "kiwipiepy" in line and "chromadb" in line, line
+
+
+def test_the_http_server_warms_up_as_it_starts(indexed, tmp_path):
+    # issue 30.7: the HTTP server warmed up only after its first tools/list, so its first
+    # search took 18.6 s; nobody asks it anything here
+    from conftest import free_port, stop_process
+
+    log = tmp_path / "http.log"
+    with log.open("w", encoding="utf-8") as errlog:
+        proc = subprocess.Popen([PY, SERVER, "--transport", "http", "--port", str(free_port()),
+                                 "--base-path", str(indexed[0])], stdout=subprocess.DEVNULL,
+                                stderr=errlog, cwd=REPO, env=clean_env(LINECITE_WARM_UP="1"))
+        try:
+            line = ready_line(log, 90.0)
+        finally:
+            stop_process(proc)
+    assert line is not None and "chromadb" in line, log.read_text(encoding="utf-8")
