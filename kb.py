@@ -17,6 +17,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -406,6 +407,18 @@ def follow(kb: KnowledgeBase, folder: Path) -> bool:
     atomic.write_json(path, data)
     kb.source_paths = data["sourcePaths"]
     return True
+
+
+def update(base: Path, kb_id: str, change: Callable[[dict], None]) -> KnowledgeBase:
+    """Apply `change` to the KB's config.json and write it back atomically, after the same
+    checks `load` makes: a value the file would be refused for is refused here (ConfigError
+    naming the field) and the file stays as it was. Other fields, unknown to us, are kept."""
+    path = base / check_kb_id(kb_id) / "config.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    _validate(data, kb_id, path)
+    atomic.write_json(path, data)
+    return load(base, kb_id)
 
 
 def list_ids(base: Path) -> list[str]:

@@ -39,6 +39,7 @@ import kb as kbmod
 import limits
 import paths
 import stdio_transport
+import webui
 from library import MAX_CONTEXT, Library
 from limits import UserError
 from version import VERSION
@@ -525,15 +526,27 @@ def main(argv: list[str] | None = None) -> None:
                                                                        DEFAULT_PORT)))
     parser.add_argument("--base-path", type=Path, default=None,
                         help="folder holding all KBs (default: $LINECITE_HOME or user data)")
+    parser.add_argument("--ui", nargs="?", type=int, const=0, default=None, metavar="PORT",
+                        help="serve only the web page, on 127.0.0.1 (a free port unless "
+                             "PORT), and open the browser on it")
     args = parser.parse_args(argv)
     if args.base_path is not None:  # the flag wins over the environment, for the
         os.environ[paths.HOME_ENV] = str(args.base_path)  # lifespan and every child process
+    if args.ui is not None:
+        from starlette.middleware import Middleware
+
+        webui.serve_alone(args.ui, lambda port: [
+            Middleware(OwnOriginOnly, host=DEFAULT_HOST, port=port), Middleware(BoundedRequests)])
+        return
     if args.transport == "stdio":
         stdio_transport.serve(mcp)
         return
     mcp.auth = http_auth(args.host)
     warm_up.at_start = True  # an HTTP server warms up as it starts, not at a first request
     print(f"linecite: serving MCP on http://{args.host}:{args.port}/mcp", file=sys.stderr)
+    ui = webui.WebUI(lambda: warm_up.library, os.environ.get(TOKEN_ENV, "").strip() or None)
+    for path, methods, endpoint in ui.endpoints():  # the page at /, its API at /api/...
+        mcp.custom_route(path, methods=methods)(endpoint)
     # Host check: on loopback it stops DNS rebinding. Off loopback a token is required, which
     # a rebinding page cannot send, and clients reach the machine by names and addresses we
     # cannot list (0.0.0.0 is never a Host header), so any Host is let through. A foreign
