@@ -37,6 +37,7 @@ import kb as kbmod
 import limits
 import paths
 import stdio_transport
+import watcher
 from library import MAX_CONTEXT, Library
 from limits import UserError
 
@@ -71,9 +72,11 @@ def whole(low: int, high: int, description: str) -> object:
 async def open_library(server: FastMCP):
     library = Library(paths.default_base_path())
     warm_up.library = library
+    library.watch = watcher.start(library.base)  # folders kept current; begins after a second
     try:
         yield {"library": library}
     finally:
+        library.watch.stop()
         warm_up.library = None
         library.close()
 
@@ -308,7 +311,8 @@ async def cancel_reindex(ctx: Context, kb_id: KbId = None) -> dict:
 @mcp.tool(annotations=READ_ONLY)
 async def get_index_info(ctx: Context, kb_id: KbId = None) -> dict:
     """Index status: running/queued/idle, progress and the file in hand, queue position, the
-    last run's counts and errors, sources per state, and the files that failed and why."""
+    last run's counts and errors, sources per state, the files that failed and why, and
+    which folders the server watches and what changed files wait to be queued."""
     return await run(ctx, lambda lib: lib.get_index_info(kb_id))
 
 
