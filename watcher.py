@@ -153,6 +153,7 @@ class KBWatch:
 
     kb: kbmod.KnowledgeBase
     config_stamp: tuple | None = None
+    roots: dict[Path, bool] = field(default_factory=dict)  # folder -> polled, from config.json
     folders: dict[Path, FolderWatch] = field(default_factory=dict)
     offline: dict[Path, str] = field(default_factory=dict)  # folder -> since when (ISO time)
     pending: dict[Path, Pending] = field(default_factory=dict)
@@ -240,6 +241,7 @@ class Watcher:
             if state is None:
                 state = KBWatch(kb)
             state.kb, state.config_stamp, state.note = kb, stamp, None
+            state.roots = self._roots(kb)
             wanted[kb_id] = state
         ended = []
         with self.lock:
@@ -248,9 +250,8 @@ class Watcher:
             self.kbs = wanted
             budget, self.refused = MAX_FOLDERS, []
             for state in wanted.values():
-                roots = self._roots(state.kb)
-                kept = dict(list(roots.items())[:max(budget, 0)])
-                self.refused += [limits.path_text(r) for r in list(roots)[len(kept):]]
+                kept = dict(list(state.roots.items())[:max(budget, 0)])
+                self.refused += [limits.path_text(r) for r in list(state.roots)[len(kept):]]
                 budget -= len(kept)
                 ended += self._set_folders(state, kept)
         for watch in ended:  # with the lock let go: a folder thread may be reporting
@@ -258,7 +259,8 @@ class Watcher:
 
     @staticmethod
     def _roots(kb: kbmod.KnowledgeBase) -> dict[Path, bool]:
-        """The KB's folders to watch, each with whether it is polled."""
+        """The KB's folders to watch, each with whether it is polled (looked up once per
+        config.json: resolving a share's path may take a while)."""
         if kb.watch is False:
             return {}
         roots = dict.fromkeys(Path(p).expanduser().resolve() for p in kb.source_paths)
@@ -444,7 +446,7 @@ class Watcher:
                               "back"} for root, since in state.offline.items()]
         refused = [{"path": p, "state": "not-watched",
                     "detail": f"a server watches at most {MAX_FOLDERS} folders"}
-                   for p in self.refused if Path(p) in self._roots(kb)]
+                   for p in self.refused if Path(p) in state.roots]
         at = time.monotonic()
         writing = [limits.path_text(p) for p, seen in state.pending.items()
                    if seen.stamp is not None and at - seen.changed < SETTLE]

@@ -207,6 +207,7 @@ async def test_saved_files_are_indexed_once_settled_and_the_index_equals_a_rebui
                     "delete and rename in the index")
         await settled(call, "notes")
     assert runs_logged(base, "notes") == 4  # one job for the delete and the rename together
+    assert "Traceback" not in (tmp_path / "server.log").read_text(encoding="utf-8")
     rebuilt = make_kb(tmp_path / "rebuilt", "notes", [docs])
     assert index_dump(kb) == index_dump(rebuilt)
     assert set(index_dump(kb)["sources"]) == {"docs/fresh.txt", "docs/burst.txt", "docs/slow.txt",
@@ -274,6 +275,8 @@ async def test_watch_false_an_offline_share_and_a_changed_config_over_http(tmp_p
         await settled(call, "share")
     assert runs_logged(base, "quiet") == 0
     assert indexed_names(base / "quiet") == {"quiet/a.txt"}
+    log = (tmp_path / "server.log").read_text(encoding="utf-8")
+    assert "Application shutdown complete" in log and "Traceback" not in log  # stopped cleanly
 
 
 def indexed_names(folder: Path) -> set[str]:
