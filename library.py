@@ -29,6 +29,7 @@ import kb as kbmod
 import limits
 import run_status
 from formats.languages import parser_language
+from kb import config_stamp
 from limits import UserError, check_text, shown
 from pidlock import LockBusy, PidLock
 
@@ -110,6 +111,7 @@ class Library:
         self._open: dict[str, OpenKB] = {}
         self._lock = threading.Lock()
         self._rerankers: dict[str, object] = {}  # a `rerank` block's JSON -> its Reranker
+        self.watch = None  # a running server's watcher.Watcher: get_index_info shows it
 
     def close(self) -> None:
         for entry in self._open.values():
@@ -553,6 +555,8 @@ class Library:
             with self.reading(kb_id) as entry:
                 self._searcher(entry)  # opens the vector store and checks its count
                 info.update(index_health(entry))
+        info["watch"] = self.watch.status(kb_id) if self.watch else {
+            "enabled": False, "reason": "only a running server watches folders"}
         return info
 
     def check_changes(self, kb_id: str | None) -> dict:
@@ -695,15 +699,6 @@ def damaged(kb: kbmod.KnowledgeBase, err: sqlite3.DatabaseError) -> KBDamaged:
     return KBDamaged(f"knowledge base {kb.id!r} is damaged: {kb.fulltext_path} cannot be read "
                      f"({err}). Restore that file from a backup, or rebuild the knowledge base "
                      f"from its source files: `python ingest.py --kb {kb.id} --rebuild`")
-
-
-def config_stamp(path: Path) -> tuple[int, int, int] | None:
-    """What changes when config.json is rewritten: inode, mtime and size; None if it is gone."""
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 def _provider(kb: kbmod.KnowledgeBase) -> str:

@@ -40,6 +40,7 @@ import limits
 import paths
 import stdio_transport
 import webui
+import watcher
 from library import MAX_CONTEXT, Library
 from limits import UserError
 from version import VERSION
@@ -78,9 +79,11 @@ async def open_library(server: FastMCP):
     warm_up.library = library
     if warm_up.at_start:
         warm_up.start()
+    library.watch = watcher.start(library.base)  # folders kept current; begins after a second
     try:
         yield {"library": library}
     finally:
+        library.watch.stop()
         warm_up.library = None
         library.close()
 
@@ -363,7 +366,8 @@ async def cancel_reindex(ctx: Context, kb_id: KbId = None) -> dict:
 @mcp.tool(annotations=READ_ONLY)
 async def get_index_info(ctx: Context, kb_id: KbId = None) -> dict:
     """Index status: running/queued/idle, progress and the file in hand, queue position, the
-    last run's counts and errors, sources per state, and the files that failed and why."""
+    last run's counts and errors, sources per state, the files that failed and why, and
+    which folders the server watches and what changed files wait to be queued."""
     return await run(ctx, lambda lib: lib.get_index_info(kb_id))
 
 

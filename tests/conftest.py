@@ -37,6 +37,13 @@ def no_warm_up():
     os.environ.setdefault("LINECITE_WARM_UP", "0")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_folder_watch():
+    """Servers watch no folders (tests/test_watch.py turns it on): a watcher would queue
+    syncs of its own beside the ones a test starts and counts."""
+    os.environ.setdefault("LINECITE_WATCH", "0")
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared, skipping the calling test when that material is absent."""
     path = SHARED.joinpath(*parts)
