@@ -6,7 +6,8 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
   (fulltext.bm25_all): the top CANDIDATES by MaxScore, any other chunk looked up.
 - Vector leg: the KB's embedder over Chroma (library.py embeds the query before it takes the
   KB's lock, `query_vector`, and passes the vector in); a vector hit that SQLite does not hold as an
-  indexed chunk is dropped (SQLite is the record, Chroma may lag behind it).
+  indexed chunk is dropped (SQLite is the record, Chroma may lag behind it). Narrowed to some
+  sources (`source`, filters.py), both legs look only at theirs, before ranking.
 - Fusion, chosen per KB (`search` block of config.json, kb.search_settings): fusion.py's
   `convex`, `minmax` or `rrf` over every candidate of either leg.
 - Overlapping or adjacent chunks of one page merge into one hit (hits.py), and no single
