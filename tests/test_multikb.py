@@ -1,5 +1,6 @@
-"""Search across knowledge bases: a real `server.py` over stdio (fastmcp's Client) serving four
-KBs built by the real pipeline: `manuals` (an OpenAI-format embedder on 127.0.0.1), `code`
+"""Search across knowledge bases: a real `server.py` over stdio (fastmcp's Client; once over
+streamable HTTP) serving four KBs built by the real pipeline: `manuals` (an OpenAI-format
+embedder on 127.0.0.1), `code`
 (an Ollama-format one of another dimension), `notes` (`embedding: none`, forty notes that all
 match) and `broken` (its fulltext.sqlite3 overwritten). One search over all ranks the three
 that answer fairly, names the damaged one, and every hit reads back through read_range with its
@@ -9,14 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
-from conftest import call, clean_env, tool_error
+from conftest import call, clean_env, free_port, stop_process, tool_error
 from fastmcp import Client
-from fastmcp.client.transports import StdioTransport
+from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from test_embedders import KEYS, MODELS, Provider
 
 import filters
@@ -174,3 +178,32 @@ def test_merged_scores_are_over_each_kb_best_and_ties_alternate():
     assert [h["id"] for h in got] == ["a0", "b0", "a1", "a2", "b1"]
     assert [h["score"] for h in got] == [1.0, 1.0, 1.0, 0.75, 0.5]
     assert got[1]["kb_score"] == 0.2
+
+
+async def test_over_http_the_same_search_names_every_kb(world, tmp_path):
+    """`server.py --transport http` with fastmcp's streamable-HTTP client."""
+    base, env = world
+    port = free_port()
+    with (tmp_path / "http.log").open("w", encoding="utf-8") as errlog:
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "server.py"), "--transport", "http", "--port", str(port),
+             "--base-path", str(base)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=errlog, env=clean_env(**env), cwd=REPO)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (tmp_path / "http.log").read_text(encoding="utf-8")
+            try:
+                httpx.get(url, timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "server did not answer within 60 s"
+                time.sleep(0.2)
+        async with Client(StreamableHttpTransport(url), timeout=60) as http:
+            got = await call(http, "search", query=QUERY, kb_id="*", search_mode="bm25")
+    finally:
+        stop_process(proc)
+    assert {r["kb_id"]: r["status"] for r in got["knowledge_bases"]} == {
+        "broken": "damaged", "code": "ok", "manuals": "ok", "notes": "ok"}
+    assert {h["kb_id"] for h in got["hits"][:3]} == {"code", "manuals", "notes"}
