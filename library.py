@@ -672,7 +672,7 @@ class Library:
                             f"{', '.join(map(repr, names))}; give the whole name")
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
         raise UnknownSource(f"unknown source {shown(source)} in {kb_id!r}{hint} (list_sources "
-                        "shows every source and its exact name)")
+                            "shows every source and its exact name)")
 
     def _kb_of_source(self, source: str, kb_id: str | None) -> tuple[str, str]:
         """(kb_id, source name) of a source, looked for in every KB when kb_id is left out."""
