@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
+import logging
 import os
 import sys
 import threading
@@ -28,19 +30,24 @@ from urllib.parse import urlsplit
 
 import anyio
 from fastmcp import Context, FastMCP
-from fastmcp.exceptions import FastMCPError, ToolError, ValidationError
+from fastmcp.exceptions import FastMCPError, PromptError, ResourceError, ToolError, ValidationError
 from fastmcp.server.lifespan import lifespan
 from fastmcp.server.middleware import Middleware
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, ListResourcesResult, PaginatedRequestParams, Resource
 from pydantic import BeforeValidator, Field
 from pydantic import ValidationError as PydanticError
 from pydantic_core import PydanticCustomError
 
+import filters
 import kb as kbmod
 import limits
+import multikb
 import paths
+import resources
 import stdio_transport
-import webui
 import watcher
+import webui
 from library import MAX_CONTEXT, Library
 from limits import UserError
 from version import VERSION
@@ -56,6 +63,11 @@ TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # bearer token; required when binding a non-l
 READ_ONLY = {"readOnlyHint": True, "openWorldHint": False}
 KbId = Annotated[str | None, Field(description="Knowledge base id (see list_knowledge_bases); "
                                                "may be left out when there is only one")]
+SearchKbIds = Annotated[
+    str | Annotated[list[str], Field(max_length=multikb.MAX_SEARCH_KBS)] | None,
+    Field(description="Knowledge base id (see list_knowledge_bases), a list of ids, or \"*\" "
+                      f"for every one: at most {multikb.MAX_SEARCH_KBS} a search, ranked as one "
+                      "list, each hit naming its kb_id; may be left out when there is only one")]
 
 
 def refuse_bool(value: object) -> object:
@@ -244,7 +256,7 @@ async def search(
         description="auto: keywords and meaning combined; bm25: keywords; vector: meaning; "
                     "exact: lines containing the query as written (names, codes, numbers)")
     ] = "auto",
-    kb_id: KbId = None,
+    kb_id: SearchKbIds = None,
     source: Annotated[str | None, Field(description="Only search this source (a name from "
                                                     "list_sources), or the sources a path glob "
                                                     "matches (src/**/*.py)")] = None,
@@ -262,14 +274,33 @@ async def search(
                                               "add rewrites of the query")] = True,
     case_sensitive: Annotated[bool, Field(description="exact mode: match the query's case "
                                                       "too (getURL, not getUrl)")] = False,
+    path: Annotated[str | None, Field(description="Only sources whose name or file path "
+                                                  "matches this glob (contracts/2024/**) or "
+                                                  "starts with this prefix (contracts/2024/), "
+                                                  "from the start or any folder")] = None,
+    types: Annotated[list[str] | None, Field(
+        max_length=filters.MAX_TYPES,
+        description="Only sources of these types: an extension (pdf, docx, xlsx, md, py) or a "
+                    "family (pdf, text, office, hwp, markup, mail, image, audio, data, code)")
+    ] = None,
+    modified_after: Annotated[str | None, Field(description="Only files modified at or after "
+                                                            "this ISO 8601 date or time (a mail: "
+                                                            "its Date:), e.g. 2024-03-01")] = None,
+    modified_before: Annotated[str | None, Field(description="Only files modified before this "
+                                                             "ISO 8601 date or time")] = None,
+    language: Annotated[list[str] | None, Field(
+        max_length=filters.MAX_TYPES,
+        description="Only code sources in these languages (python, typescript, ...: "
+                    "list_sources shows each source's)")] = None,
 ) -> dict:
     """Find where something is said: hits with source, page, line_start, line_end and text.
 
-    Read a hit's exact lines with read_range(source, page, line_start, line_end) before citing.
+    Read a hit's exact lines with read_range(source, page, line_start, line_end, kb_id)
+    before citing. Filters (path, types, dates, language) narrow the files before ranking.
     """
-    return await run(ctx, lambda lib: lib.search(query, top_k, search_mode, kb_id, source,
-                                                 queries, diversity, expand,
-                                                 case_sensitive))
+    return await run(ctx, lambda lib: lib.search(
+        query, top_k, search_mode, kb_id, source, queries, diversity, expand, case_sensitive,
+        filters.parse(path, types, modified_after, modified_before, language)))
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -376,6 +407,61 @@ async def check_changes(ctx: Context, kb_id: KbId = None) -> dict:
     """Dry run of a folder sync: files added, modified and deleted since the last index.
     Reads only file metadata (and hashes where needed); calls no model."""
     return await run(ctx, lambda lib: lib.check_changes(kb_id))
+
+
+# --------------------------------------------------------------------------- resources, prompt
+async def resource(ctx: Context, work: Callable[[Library], dict]) -> str:
+    """A resource's JSON text from `work(library)`; a UserError as a ResourceError."""
+    try:
+        return json.dumps(await run(ctx, work), ensure_ascii=False)
+    except ToolError as err:  # the agent's to fix, no server fault: not logged with a trace
+        raise ResourceError(str(err), log_level=logging.DEBUG) from None
+
+
+@mcp.resource(resources.SOURCE_TEMPLATE, mime_type=resources.MIME)
+async def source_outline(kb_id: str, source: str, ctx: Context) -> str:
+    """A source's outline: pages, lines per page and headings, each page with its URI (the
+    source name percent-encoded as UTF-8, "/" too)."""
+    return await resource(ctx, lambda lib: resources.outline(lib, kb_id, source))
+
+
+@mcp.resource(resources.PAGE_TEMPLATE, mime_type=resources.MIME)
+async def source_page(kb_id: str, source: str, page: str, ctx: Context) -> str:
+    """A page's numbered lines, as read_range returns them (at most 500 lines or 40,000
+    characters; `more` says where to read on)."""
+    return await resource(ctx, lambda lib: resources.page_lines(lib, kb_id, source, page))
+
+
+@mcp.prompt(name="cite")
+def cite(question: Annotated[str, Field(description="The question to answer from the "
+                                                    "documents")] = "",
+         kb_id: Annotated[str, Field(description="A knowledge base to search (default: "
+                                                 "every one)")] = "") -> str:
+    """Answer from the documents with exact citations: search, then read_range, then quote
+    with source, page and lines."""
+    try:
+        return resources.cite_prompt(question, kb_id)
+    except UserError as err:
+        raise PromptError(str(err), log_level=logging.DEBUG) from None
+
+
+async def list_sources_as_resources(ctx, params: PaginatedRequestParams):
+    """resources/list: every KB's sources, resources.LIST_PAGE at a time, read page by page
+    from SQLite (fastmcp would list every resource at once, then cut a page out of it)."""
+    library: Library = ctx.lifespan_context["library"]
+    cursor = params.cursor if params else None
+    try:
+        found, after = await anyio.to_thread.run_sync(resources.list_page, library, cursor)
+    except ValueError as err:
+        raise MCPError(code=INVALID_PARAMS, message=str(err)) from None
+    own = [] if cursor else [r.to_mcp_resource(uri=str(r.uri)) for r in
+                             await mcp.list_resources()]  # any fixed resource: first page
+    return ListResourcesResult(resources=own + [Resource.model_validate(r) for r in found],
+                               next_cursor=after)
+
+
+mcp._mcp_server.add_request_handler("resources/list", PaginatedRequestParams,  # replaces
+                                    list_sources_as_resources)  # fastmcp's own handler
 
 
 # ---------------------------------------------------------------------------
