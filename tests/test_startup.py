@@ -3,7 +3,6 @@ warm-up on, spoken to with the official `mcp` client as a host speaks to it."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 import pytest
-from conftest import clean_env
+from conftest import clean_env, ingest_cli
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -22,14 +21,6 @@ SERVER = str(REPO / "server.py")
 
 FIRST = "Harbour log\nThe harbour crane was inspected in May.\n항구 크레인 점검을 마쳤습니다.\n"
 LATER = "Tide notes\nThe quillwort tide gauge was recalibrated on Friday.\n"
-
-
-def ingest_cli(*args: str, base: Path) -> dict:
-    proc = subprocess.run([PY, str(REPO / "ingest.py"), *args, "--base-path", str(base),
-                           "--quiet"], capture_output=True, text=True, encoding="utf-8",
-                          env=clean_env(), cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="module")
