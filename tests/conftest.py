@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -101,6 +102,22 @@ def wait_for_heartbeat(url: str, proc: subprocess.Popen, log: Path, limit: float
         except OSError:
             time.sleep(0.1)
     pytest.fail(f"chroma run did not answer within {limit} s: {log.read_text()[-2000:]}")
+
+
+def wait_for_http(url: str, proc: subprocess.Popen, log: Path, limit: float = 60) -> None:
+    """Return once `url` gives any HTTP answer (a 4xx too: it is listening); fails if the
+    server dies or stays silent for `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while True:
+        assert proc.poll() is None, log.read_text(encoding="utf-8")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"server did not answer within {limit} s"
+            time.sleep(0.2)
 
 
 def text_pdf(pages: list[list[str]], font_size: int = 11, doc_class=None):

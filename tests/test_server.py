@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
-from conftest import call, clean_env, free_port, ingest_cli, stop_process, tool_error
+from conftest import call, clean_env, free_port, ingest_cli, stop_process, tool_error, wait_for_http
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
@@ -588,15 +588,7 @@ def http_server(corpus: Corpus, log: Path, host: str = "127.0.0.1", **env: str):
             stdout=subprocess.DEVNULL, stderr=errlog, env=server_env(corpus, **env), cwd=REPO)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text(encoding="utf-8")
-            try:
-                httpx.get(url, timeout=2)
-                break  # any HTTP answer at all means it is listening
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "server did not answer within 60 s"
-                time.sleep(0.2)
+        wait_for_http(url, proc, log)
         yield url
     finally:
         stop_process(proc)
