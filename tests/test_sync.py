@@ -58,7 +58,8 @@ def test_sync_adds_changes_and_deletes_files(tmp_path):
 
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     assert folders.plan_sync(conn, kb).to_json() == {"added": [], "modified": [], "deleted": [],
-                                                    "unchanged": 2, "retried": [], "skipped": SKIPPED_BIN}
+                                                    "unchanged": 2, "retried": [],
+                                                    "skipped": SKIPPED_BIN}
     write(docs / "a.txt", "Alpha report, revised: the crane was replaced.")
     (docs / "sub" / "b.md").unlink()
     write(docs / "c.txt", "Gamma notes.")
