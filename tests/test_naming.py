@@ -33,3 +33,32 @@ def test_a_file_in_a_followed_folder_keeps_its_name_through_a_sync(tmp_path):
     assert (changes["added"], changes["modified"], changes["deleted"]) == ([], [], [])
     again = ingest.sync(kb)
     assert (again.indexed, again.deleted, again.unchanged, again.sources) == (0, 0, 1, 1)
+
+
+def test_rebuild_puts_everything_back_when_a_server_holds_a_file(tmp_path, monkeypatch):
+    # issue 31: on Windows the rename fails while a server holds the KB open; the index must
+    # stay whole and the message say to stop the host
+    import pytest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Alpha.\n", encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base", docs)
+    ingest.sync(kb)
+    (kb.folder / "chroma").mkdir(exist_ok=True)
+    real = Path.rename
+
+    def held(self, target):
+        if self.name == "chroma":  # after fulltext.sqlite3 has moved
+            raise PermissionError(13, "The process cannot access the file because it is being "
+                                  "used by another process", str(self), None, 32)
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "rename", held)
+    with pytest.raises(ingest.FilesHeld, match="quit the host.*nothing was changed"):
+        ingest.rebuild(kb)
+    monkeypatch.undo()
+    names = {p.name for p in kb.folder.iterdir()}
+    assert {"chroma", "fulltext.sqlite3"} <= names and not any(".damaged-" in n for n in names)
+    assert ingest.sync(kb).unchanged == 1  # the index is whole: nothing to re-read
+    assert ingest.writer_lock(kb, "probe").holder() is None  # the lock was let go
