@@ -62,3 +62,34 @@ def test_rebuild_puts_everything_back_when_a_server_holds_a_file(tmp_path, monke
     assert {"chroma", "fulltext.sqlite3"} <= names and not any(".damaged-" in n for n in names)
     assert ingest.sync(kb).unchanged == 1  # the index is whole: nothing to re-read
     assert ingest.writer_lock(kb, "probe").holder() is None  # the lock was let go
+
+
+def test_a_second_writer_is_refused_between_moving_aside_and_rebuilding(tmp_path, monkeypatch):
+    # issue 31: rebuild let the writer lock go after moving the stores aside, so another
+    # ingest.py could index into the half-moved KB
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Alpha.\n", encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base", docs)
+    ingest.sync(kb)
+    seen: dict = {}
+    repo = Path(__file__).resolve().parent.parent
+
+    def second_writer(kb_now):
+        seen["moved"] = not kb_now.fulltext_path.exists()
+        seen["other"] = subprocess.run(
+            [sys.executable, str(repo / "ingest.py"), "--kb", kb.id, "--base-path",
+             str(tmp_path / "base"), "--quiet"], capture_output=True, text=True,
+            encoding="utf-8", env=clean_env(), cwd=repo, timeout=120)
+
+    monkeypatch.setattr(ingest, "_drop_server_collection", second_writer)
+    summary = ingest.rebuild(kb)
+    assert seen["moved"], "the probe ran after the stores were moved aside"
+    other = seen["other"]
+    assert other.returncode == 2 and "rebuild of KB 'notes'" in other.stderr, other.stderr
+    assert summary.indexed == 1 and ingest.writer_lock(kb, "probe").holder() is None
