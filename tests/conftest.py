@@ -63,13 +63,14 @@ def clean_env(**extra: str) -> dict:
     return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
 
 
-def ingest_cli(*args: str, base: Path) -> dict:
-    """Run ingest.py with `args` under `base`, as a user would, and return its JSON summary."""
+def ingest_cli(*args: str, base: Path, exit_code: int = 0) -> dict:
+    """Run ingest.py with `args` under `base`, as a user would, check its exit status (1: some
+    files failed or need action) and return its JSON summary."""
     repo = Path(__file__).resolve().parent.parent
     proc = subprocess.run([sys.executable, str(repo / "ingest.py"), *args, "--base-path",
                            str(base), "--quiet"], capture_output=True, text=True,
                           encoding="utf-8", env=clean_env(), cwd=repo, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == exit_code, proc.stderr
     return json.loads(proc.stdout)
 
 
