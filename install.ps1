@@ -65,6 +65,8 @@ $ServerPy = Join-Path $Here 'server.py'
 $Requirements = Join-Path $Here 'requirements.txt'
 $VerifyPy = Join-Path $Here 'verify_install.py'
 $McpConfigPy = Join-Path $Here 'mcp_config.py'
+$LauncherPy = Join-Path $Here 'launcher.py'
+$Launcher = Join-Path $Here 'bin\linecite.cmd'  # what launcher.py writes: every printed command uses it
 $Constraints = Join-Path $Here 'constraints.txt'  # the exact versions every pip call here installs
 $Stamp = Join-Path $Venv '.linecite-requirements.sha256'  # hashes of the requirements.txt and constraints.txt last installed
 $StatePrefix = Join-Path $Venv '.linecite-http-'  # + port.state: where that port's server's PID file lives
@@ -706,6 +708,17 @@ if ($WithAudio) {
     $script:Changed = $true
 }
 
+# -- 5c. the launcher: bin\linecite.cmd runs cli.py with this venv's Python and the base folder
+# (and Tesseract settings) the host uses, so every command printed below works from a new window
+Write-Step 'Writing the launcher (bin\linecite.cmd)'
+$before = ''
+if (Test-Path -LiteralPath $Launcher) { $before = Get-Content -LiteralPath $Launcher -Raw }
+if ((Invoke-Native $VenvPy @($LauncherPy)) -ne 0) {
+    Stop-Install 'launcher.py could not write bin\linecite.cmd (see above)'
+}
+if ($before -ne (Get-Content -LiteralPath $Launcher -Raw)) { $script:Changed = $true }
+Write-Info "$Launcher (base folder $Base)"
+
 # -- 6. Claude Desktop config (optional) ----------------------------------------------------------
 if ($ConfigureClaude) {
     Write-Step "Adding linecite to Claude Desktop's config"
@@ -818,7 +831,10 @@ if ($ServesHttp) {
     Write-Host 'Several hosts or agents sharing one server, or a host that speaks only HTTP: run'
     Write-Host "install.ps1 -Http instead of this block (not both: two servers, one store)."
 }
-Write-Host ("Index documents: & '$VenvPy' '$(Join-Path $Here 'ingest.py')' " + '"$HOME\Documents\reports"')
+Write-Host ("Index documents: & '$Launcher' ingest " + '"$HOME\Documents\reports"')
+Write-Host "Check what a first hour does (index, search, read back): & '$Launcher' selftest"
+Write-Host "(bin\linecite.cmd carries this install's Python and LINECITE_HOME=$Base; add $(Join-Path $Here 'bin')"
+Write-Host "to your PATH yourself to type just 'linecite'.)"
 if (-not $script:Changed) {
     Write-Host 'Nothing to do: everything was already in place.'
 }

@@ -369,6 +369,16 @@ if [ "$AUDIO" = 1 ]; then
     CHANGED=1
 fi
 
+# -- 5c. the launcher: bin/linecite runs cli.py with this venv's Python and the base folder the
+# host uses, so every command printed below works from a new shell ---------------------------
+step "Writing the launcher (bin/linecite)"
+LAUNCHER="$("$VENV_PY" "$HERE/launcher.py" 2>"$VENV/.linecite-launcher.log")" || {
+    cat "$VENV/.linecite-launcher.log" >&2
+    die "launcher.py could not write bin/linecite (see above)"
+}
+if [ "$(cat "$VENV/.linecite-launcher.log")" = written ]; then CHANGED=1; fi
+info "$LAUNCHER (base folder $BASE)"
+
 # -- 6. Claude Desktop config (optional) -----------------------------------------------------
 if [ "$CLAUDE" = 1 ]; then
     step "Adding linecite to Claude Desktop's config"
@@ -456,7 +466,10 @@ else
     echo "Several hosts or agents sharing one server, or a host that speaks only HTTP: run"
     echo "'bash $HERE/install.sh --http' instead of this block (not both: two servers, one store)."
 fi
-echo "Index documents: '$VENV_PY' '$HERE/ingest.py' ~/Documents/reports"
+echo "Index documents: '$LAUNCHER' ingest ~/Documents/reports"
+echo "Check what a first hour does (index, search, read back): '$LAUNCHER' selftest"
+echo "(bin/linecite carries this install's Python and LINECITE_HOME=$BASE; put $HERE/bin on"
+echo "your PATH to type just 'linecite'.)"
 if [ "$CHANGED" = 0 ]; then
     echo "Nothing to do: everything was already in place."
 fi

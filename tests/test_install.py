@@ -352,6 +352,7 @@ def test_with_ocr_leaves_a_complete_tesseract_alone(light_copy, tmp_path):
                     tesseract='printf "List of available languages (3):\\nchi_sim\\neng\\nkor\\n"',
                     apt_get=f'echo "$*" >> "{calls}"')
     env["PATH"] = f"{fake}:{env['PATH']}"
+    assert run_sh(folder, env, "--skip-install", "--no-launch").returncode == 0  # the launcher
     result = run_sh(folder, env, "--skip-install", "--no-launch", "--with-ocr")
     assert result.returncode == 0, show(result)
     assert "already installed" in result.stdout and "with kor and chi_sim" in result.stdout
@@ -734,3 +735,70 @@ def test_kiwipiepy_is_bounded_to_versions_that_load_from_a_hangul_path():
     assert "0.23.2" in allowed and "0.25.0" not in allowed and "1.0" not in allowed
     pinned = requirement("kiwipiepy", "constraints.txt").lstrip("=")
     assert pinned in allowed  # the version every install gets is inside the bound
+
+
+# ---------------------------------------------------------------------------
+# the commands the installers and the README print (issue 30, item 5)
+
+def test_install_sh_prints_commands_through_the_launcher_with_the_hosts_base(light_copy):
+    """Regression (issue 30): the "Index documents" hint ran ingest.py without LINECITE_HOME,
+    so from a new shell the CLI wrote to another base folder than the host reads."""
+    folder, env, _ = light_copy
+    result = run_sh(folder, env, "--skip-install", "--no-launch")
+    assert result.returncode == 0, show(result)
+    launcher = folder / "bin" / "linecite"
+    assert f"Index documents: '{launcher}' ingest ~/Documents/reports" in result.stdout
+    assert f"'{launcher}' selftest" in result.stdout
+    assert f"LINECITE_HOME={env['LINECITE_HOME']}" in result.stdout
+    assert "ingest.py" not in result.stdout  # no printed command names a script to run by hand
+    text = launcher.read_text(encoding="utf-8")
+    assert f"LINECITE_HOME={env['LINECITE_HOME']}" in text
+    assert f"exec {folder / '.venv' / 'bin' / 'python'} {folder / 'cli.py'}" in text
+    # from a shell with nothing set (no venv on PATH, no LINECITE_HOME) it runs the venv's Python
+    bare = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", str(launcher)],
+                          capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2 and bare.stdout.startswith("usage: linecite COMMAND"), bare
+    again = run_sh(folder, env, "--skip-install", "--no-launch")
+    assert "Nothing to do" in again.stdout and launcher.read_text(encoding="utf-8") == text
+
+
+def test_install_ps1_writes_the_launcher_and_prints_its_commands():
+    ps1 = code_only_ps1()
+    assert "$Launcher = Join-Path $Here 'bin\\linecite.cmd'" in ps1
+    write = ps1.index("Invoke-Native $VenvPy @($LauncherPy)")
+    # written after the OCR and audio steps set what the host entry carries, before it is printed
+    assert ps1.index("if ($WithOcr) {") < write < ps1.index("if ($ConfigureClaude) {")
+    assert "Write-Host (\"Index documents: & '$Launcher' ingest \"" in ps1
+    assert "& '$Launcher' selftest" in ps1
+    assert "ingest.py" not in ps1[ps1.index("if ($ServesHttp) {"):]
+
+
+PY_COMMAND = re.compile(r"(?:^|[/\\])(?:python3?|py|pip3?)(?:\.exe)?$")  # a runner, any folder
+VENV_OR_LAUNCHER = (".venv/bin/", ".venv\\Scripts\\", "bin/linecite", "bin\\linecite")
+
+
+def readme_commands() -> list[str]:
+    """Each command in the README's code (fenced blocks and `inline` spans), split at && and ;."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    spans = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+    spans += re.findall(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)?)`(?!`)", re.sub(r"```.*?```", "", text,
+                                                                         flags=re.S))
+    commands = []
+    for span in spans:
+        for line in span.splitlines():
+            for part in re.split(r"&&|;", line.split(" #")[0]):
+                words = [w for w in part.split() if not re.match(r"^[A-Z_]+=", w)]
+                if words:
+                    commands.append(" ".join(words))
+    return commands
+
+
+def test_every_readme_command_that_runs_python_uses_the_venv_or_the_launcher():
+    """Regression (issue 30): `python queue_runner.py` ran the system Python, which died with
+    "No module named 'psutil'"."""
+    commands = readme_commands()
+    assert any(c.startswith("bin/linecite ingest") for c in commands)  # the list is the README's
+    bad = [c for c in commands if len(c.split()) > 1 and PY_COMMAND.search(c.split()[0])
+           and not c.startswith(VENV_OR_LAUNCHER)
+           and not re.match(r"^(python3|py) -m venv ", c)]  # making the venv itself
+    assert not bad, "README commands that would run the system Python:\n" + "\n".join(bad)
