@@ -66,6 +66,7 @@ $Requirements = Join-Path $Here 'requirements.txt'
 $VerifyPy = Join-Path $Here 'verify_install.py'
 $McpConfigPy = Join-Path $Here 'mcp_config.py'
 $LauncherPy = Join-Path $Here 'launcher.py'
+$TessdataPy = Join-Path $Here 'tessdata.py'
 $Launcher = Join-Path $Here 'bin\linecite.cmd'  # what launcher.py writes: every printed command uses it
 $Constraints = Join-Path $Here 'constraints.txt'  # the exact versions every pip call here installs
 $Stamp = Join-Path $Venv '.linecite-requirements.sha256'  # hashes of the requirements.txt and constraints.txt last installed
@@ -429,6 +430,11 @@ function Find-Tesseract {
     return $null
 }
 
+# The languages of kor and chi_sim whose .traineddata the folder lacks (always an array).
+function Get-MissingTessdata([string]$Folder) {
+    return @(@('kor', 'chi_sim') | Where-Object { -not (Test-Path -LiteralPath (Join-Path $Folder "$_.traineddata")) })
+}
+
 # -- self-test: one PASS or FAIL line per check, each FAIL with its fix ---------------------------
 if ($SelfTest) {
     $script:Failed = 0
@@ -506,6 +512,12 @@ if ($SelfTest) {
     }
     Write-Check $serverOk 'the server starts over HTTP in the background and -Stop -Port finds and stops it' `
         'read %TEMP%\linecite-selftest.log; run install.ps1 again if it names a missing package'
+    # What a user's first hour does, under the base folder the host uses (its config's
+    # LINECITE_HOME): Hangul and Han, Chroma, index a DOCX and a PDF, search every mode, read back.
+    if ($venvOk) {
+        Write-Host 'The first hour, under the base folder the MCP host uses (verify_install.py --first-hour):'
+        if ((Invoke-Native $VenvPy @($VerifyPy, '--first-hour')) -ne 0) { $script:Failed += 1 }
+    }
     if ($script:Failed -gt 0) {
         Write-Host "$($script:Failed) check(s) failed."
         exit 1
@@ -626,20 +638,15 @@ if ($WithOcr) {
     }
     if ($null -ne $tessExe) {
         $tessDir = Split-Path -Parent $tessExe
-        # formats/ocr.py finds tesseract on PATH: add its folder to the user's PATH when it is not there.
-        if ($null -eq (Get-Command tesseract -ErrorAction SilentlyContinue)) {
-            $userPath = [Environment]::GetEnvironmentVariable('Path', 'User')
-            [Environment]::SetEnvironmentVariable('Path', (@($userPath, $tessDir) | Where-Object { $_ }) -join ';', 'User')
-            $env:Path = "$env:Path;$tessDir"
-            Write-Info "added $tessDir to your PATH"
-            $script:Changed = $true
-        }
+        # Nothing user-wide: PATH and the user's environment stay as they were (another program's
+        # Tesseract keeps its own data). linecite's own environment carries both: this run's,
+        # which mcp_config.py puts in the host entry and launcher.py in bin\linecite.cmd.
+        $env:LINECITE_TESSERACT = $tessExe
         # winget's silent install brings English only, and Program Files needs an administrator:
-        # the language data lives in a folder of the user's, which TESSDATA_PREFIX names (Tesseract
-        # 4 and 5 read it as the tessdata folder itself). It gets what the install brought first
-        # (eng, osd, and configs\ that the tsv output needs), so nothing is lost by pointing there.
-        $UserTessdata = $env:TESSDATA_PREFIX
-        if (-not $UserTessdata) { $UserTessdata = Join-Path $Base 'tessdata' }
+        # the language data lives in the base folder's tessdata, which TESSDATA_PREFIX names
+        # (Tesseract 4 and 5 read it as the tessdata folder itself). It gets what the install
+        # brought first (eng, osd, and configs\ that the tsv output needs).
+        $UserTessdata = Join-Path $Base 'tessdata'
         New-Item -ItemType Directory -Force -Path $UserTessdata | Out-Null
         $installed = Join-Path $tessDir 'tessdata'
         foreach ($item in @(Get-ChildItem -LiteralPath $installed -ErrorAction SilentlyContinue)) {
@@ -649,43 +656,41 @@ if ($WithOcr) {
                 $script:Changed = $true
             }
         }
-        if ([Environment]::GetEnvironmentVariable('TESSDATA_PREFIX', 'User') -ne $UserTessdata) {
-            [Environment]::SetEnvironmentVariable('TESSDATA_PREFIX', $UserTessdata, 'User')
+        $env:TESSDATA_PREFIX = $UserTessdata
+        # An earlier version of this script set TESSDATA_PREFIX for the whole user to this very
+        # folder: that one setting of ours is taken back (any other value is the user's, kept).
+        if (Test-SamePath ([Environment]::GetEnvironmentVariable('TESSDATA_PREFIX', 'User')) $UserTessdata) {
+            [Environment]::SetEnvironmentVariable('TESSDATA_PREFIX', $null, 'User')
+            Write-Info 'removed the user-wide TESSDATA_PREFIX an earlier install set (linecite carries its own now)'
             $script:Changed = $true
         }
-        $env:TESSDATA_PREFIX = $UserTessdata  # the host config written below carries it too
-        # No package on PyPI or winget carries Korean and Chinese data: they come from the
-        # Tesseract project's own tessdata_fast into the user's folder (no administrator needed).
-        # TLS 1.2 is switched on for Windows PowerShell 5.1; a .part file never looks complete.
-        [Net.ServicePointManager]::SecurityProtocol = [Net.ServicePointManager]::SecurityProtocol -bor [Net.SecurityProtocolType]::Tls12
-        $missing = @()
-        foreach ($lang in @('kor', 'chi_sim')) {
-            $target = Join-Path $UserTessdata "$lang.traineddata"
-            if (Test-Path -LiteralPath $target) { continue }
-            Write-Step "Downloading Tesseract's $lang data into $UserTessdata"
-            try {
-                Invoke-WebRequest -UseBasicParsing -Uri "https://github.com/tesseract-ocr/tessdata_fast/raw/main/$lang.traineddata" -OutFile "$target.part"
-                Move-Item -LiteralPath "$target.part" -Destination $target -Force
+        # No package on PyPI or winget carries Korean and Chinese data: tessdata.py fetches them
+        # from the Tesseract project's tessdata_fast at a fixed tag, each checked against its
+        # pinned SHA-256 (a mismatch is deleted and reported, never kept).
+        $missing = Get-MissingTessdata $UserTessdata
+        if ($missing.Count -gt 0) {
+            Write-Step "Fetching Tesseract's $($missing -join ' and ') data into $UserTessdata"
+            if ((Invoke-Native $VenvPy @($TessdataPy, $UserTessdata, 'kor', 'chi_sim')) -eq 0) {
                 $script:Changed = $true
-            } catch {
-                Remove-Item -LiteralPath "$target.part" -ErrorAction SilentlyContinue
-                $missing += $lang
             }
         }
+        $missing = Get-MissingTessdata $UserTessdata
         if ($missing.Count -eq 0) {
-            Write-Info "Tesseract has Korean and Chinese data: $UserTessdata (TESSDATA_PREFIX)"
+            Write-Info "Tesseract $tessExe with Korean and Chinese data in $UserTessdata"
+            Write-Info '(both go into the MCP host entry as LINECITE_TESSERACT and TESSDATA_PREFIX)'
         } else {
-            Write-Warning2 ("Tesseract lacks: $($missing -join ', ') (the download failed: no network?); " +
-                'once online, fetch them into your own tessdata folder (no administrator needed) with:')
-            foreach ($lang in $missing) {
-                Write-Host ("    Invoke-WebRequest -UseBasicParsing -Uri https://github.com/tesseract-ocr/tessdata_fast/raw/main/$lang.traineddata " +
-                    "-OutFile '$(Join-Path $UserTessdata "$lang.traineddata")'")
-            }
-            Write-Host '    then run install.ps1 -WithOcr again to check.'
+            Write-Warning2 ("Tesseract lacks: $($missing -join ', ') (see above: no network, or a file that " +
+                'did not match its pin); once online, run install.ps1 -WithOcr again, or copy the files into ' +
+                "$UserTessdata yourself")
         }
     } elseif ($script:Changed) {
         Write-Warning2 'Tesseract was installed but tesseract.exe was not found; open a new PowerShell window and run this again'
     }
+} elseif (Test-Path -LiteralPath (Join-Path $Base 'tessdata\kor.traineddata')) {
+    # a run without -WithOcr keeps what an earlier one set up in the host entry and launcher
+    $env:TESSDATA_PREFIX = Join-Path $Base 'tessdata'  # ours, not another program's data
+    $tessExe = Find-Tesseract
+    if ($tessExe -and -not $env:LINECITE_TESSERACT) { $env:LINECITE_TESSERACT = $tessExe }
 }
 
 # -- 5b. audio transcription (optional) --------------------------------------------------------
@@ -833,6 +838,7 @@ if ($ServesHttp) {
 }
 Write-Host ("Index documents: & '$Launcher' ingest " + '"$HOME\Documents\reports"')
 Write-Host "Check what a first hour does (index, search, read back): & '$Launcher' selftest"
+Write-Host "    or the whole install: powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -SelfTest"
 Write-Host "(bin\linecite.cmd carries this install's Python and LINECITE_HOME=$Base; add $(Join-Path $Here 'bin')"
 Write-Host "to your PATH yourself to type just 'linecite'.)"
 if (-not $script:Changed) {

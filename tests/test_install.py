@@ -629,17 +629,42 @@ def test_install_ps1_self_test_prints_one_line_per_check_with_its_fix():
     ps1 = code_only_ps1()
     assert 'Write-Host "PASS  $What"' in ps1 and 'Write-Host "FAIL  $What -- fix: $Fix"' in ps1
     assert ps1.index("if ($SelfTest) {") < ps1.index("if (-not $SkipInstall) {")
+    # and then the first hour (issue 31), through the entry point tests/test_selftest.py runs,
+    # with no --base: the base folder the host's config names; a FAIL there fails -SelfTest
+    selftest = ps1[ps1.index("if ($SelfTest) {"):ps1.index("if (-not $SkipInstall) {")]
+    call = "if ((Invoke-Native $VenvPy @($VerifyPy, '--first-hour')) -ne 0) { $script:Failed += 1 }"
+    assert call in selftest
+    assert selftest.index("'--first-hour'") < selftest.index("if ($script:Failed -gt 0)")
+    printed = ps1[ps1.index("if ($ServesHttp) {"):]
+    assert '-File `"$PSCommandPath`" -SelfTest' in printed  # the final output says how
 
 
 def test_install_ps1_finds_tesseract_through_the_registry_and_a_user_tessdata():
     ps1 = code_only_ps1()
     for token in ("'HKLM:\\SOFTWARE\\Tesseract-OCR'", "$item.InstallDir",
                   "CurrentVersion\\Uninstall", "$item.InstallLocation", "$env:ProgramW6432",
-                  "SetEnvironmentVariable('TESSDATA_PREFIX', $UserTessdata, 'User')",
-                  "$env:TESSDATA_PREFIX = $UserTessdata", "foreach ($lang in @('kor', 'chi_sim'))",
-                  "tessdata_fast/raw/main/$lang.traineddata"):
+                  "$UserTessdata = Join-Path $Base 'tessdata'",
+                  "$env:TESSDATA_PREFIX = $UserTessdata", "$env:LINECITE_TESSERACT = $tessExe",
+                  "Invoke-Native $VenvPy @($TessdataPy, $UserTessdata, 'kor', 'chi_sim')"):
         assert token in ps1, f"install.ps1 lacks {token}"
-    assert ps1.index("$env:TESSDATA_PREFIX = $UserTessdata") < ps1.index("'--claude-auto'")
+    # both are set for this run only, before the host entry and the launcher are written
+    assert ps1.index("$env:LINECITE_TESSERACT = $tessExe") < ps1.index("@($LauncherPy)") \
+        < ps1.index("'--claude-auto'")
+
+
+def test_install_ps1_changes_nothing_user_wide():
+    """Regression (issue 31): install.ps1 wrote the user Path back expanded as REG_SZ (breaking
+    every %VAR% entry) and set TESSDATA_PREFIX for the whole user (redirecting every other
+    Tesseract). Now the only user-wide write left takes back that old TESSDATA_PREFIX when it
+    names our own folder."""
+    ps1 = code_only_ps1()
+    writes = re.findall(r"SetEnvironmentVariable\(([^)]*)\)", ps1)
+    assert writes == ["'TESSDATA_PREFIX', $null, 'User'"], writes
+    undo = ps1[ps1.rindex("if (", 0, ps1.index(writes[0])):ps1.index(writes[0])]
+    assert "Test-SamePath" in undo and "$UserTessdata" in undo
+    for token in ("$env:Path =", "$env:PATH =", "'Path', 'User'", "HKCU:\\Environment",
+                  "setx", "tessdata_fast/raw/main", "Invoke-WebRequest"):
+        assert token not in ps1, f"install.ps1 still has {token}"
 
 
 def test_a_user_tessdata_needs_the_configs_folder_the_installer_copies(tmp_path):
@@ -802,3 +827,34 @@ def test_every_readme_command_that_runs_python_uses_the_venv_or_the_launcher():
            and not c.startswith(VENV_OR_LAUNCHER)
            and not re.match(r"^(python3|py) -m venv ", c)]  # making the venv itself
     assert not bad, "README commands that would run the system Python:\n" + "\n".join(bad)
+
+
+# ---------------------------------------------------------------------------
+# the Windows workflow a user or a fork runs on GitHub (issue 31)
+
+def test_the_windows_workflow_runs_the_installer_its_self_test_and_the_fast_tests():
+    import yaml
+
+    flow = yaml.safe_load((REPO / ".github" / "workflows" / "windows.yml").read_text(
+        encoding="utf-8"))
+    assert set(flow[True]) >= {"workflow_dispatch"}  # YAML reads the key `on` as True
+    (job,) = flow["jobs"].values()
+    assert job["runs-on"] == "windows-latest"
+    assert job["strategy"]["matrix"]["python-version"] == ["3.10", "3.13"]  # strings, not 3.1
+    assert job["env"]["PY_PYTHON3"] == "${{ matrix.python-version }}"
+    steps = job["steps"]
+    setup = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python@"))
+    assert setup["with"]["python-version"] == "${{ matrix.python-version }}"
+    runs = [s["run"] for s in steps if "run" in s]
+    install = next(r for r in runs if "install.ps1" in r and "-SelfTest" not in r)
+    selftest = next(r for r in runs if "-SelfTest" in r)
+    tests = next(r for r in runs if "pytest" in r)
+    assert "-ExecutionPolicy Bypass -File .\\install.ps1" in install and "-NoLaunch" in install
+    assert "-ExecutionPolicy Bypass -File .\\install.ps1 -SelfTest" in selftest
+    assert '-m "not slow"' in tests and ".venv\\Scripts\\python.exe" in tests
+    assert runs.index(install) < runs.index(selftest) < runs.index(tests)
+    # every switch it passes is one install.ps1 has
+    params = ps1_params()
+    for switch in re.findall(r"install\.ps1((?: -\w+)+)", "\n".join(runs)):
+        for name in switch.split():
+            assert name[1:] in params, name
