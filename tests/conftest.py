@@ -10,6 +10,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -118,6 +119,36 @@ def wait_for_http(url: str, proc: subprocess.Popen, log: Path, limit: float = 60
         except OSError:
             assert time.monotonic() < deadline, f"server did not answer within {limit} s"
             time.sleep(0.2)
+
+
+@contextmanager
+def http_server_process(base: Path, log: Path, env: dict, host: str = "127.0.0.1"):
+    """`server.py --transport http` over `base` on a free port, its stderr in `log`; yields
+    its /mcp URL once it answers, and stops it after."""
+    repo = Path(__file__).resolve().parent.parent
+    port = free_port()
+    with log.open("w", encoding="utf-8") as errlog:
+        proc = subprocess.Popen(
+            [sys.executable, str(repo / "server.py"), "--transport", "http", "--host", host,
+             "--port", str(port), "--base-path", str(base)], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=errlog, env=env, cwd=repo)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_for_http(url, proc, log)
+        yield url
+    finally:
+        stop_process(proc)
+
+
+def bm25_kb(base: Path, kb_id: str, folders: list[Path] = ()):
+    """A KB with no embedder (BM25 and exact only: no model to load), following `folders`."""
+    import kb as kbmod
+
+    kb = kbmod.open_or_create(base, kb_id)
+    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
+    config.update(embedding={"provider": "none"}, sourcePaths=[str(f) for f in folders])
+    (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return kbmod.load(base, kb_id)
 
 
 def text_pdf(pages: list[list[str]], font_size: int = 11, doc_class=None):

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, free_port, stop_process, wait_for_http
+from conftest import clean_env, http_server_process
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("server-initialize", "ping", "tools-list", "resources-list", "prompts-list",
@@ -40,19 +40,8 @@ def http_url(tmp_path_factory):
     subprocess.run([sys.executable, str(REPO / "ingest.py"), str(docs), "--base-path",
                     str(base), "--quiet"], env=clean_env(), cwd=REPO, check=True,
                    capture_output=True, timeout=300)
-    log = root / "server.log"
-    port = free_port()
-    with log.open("w", encoding="utf-8") as errlog:
-        proc = subprocess.Popen([sys.executable, str(REPO / "server.py"), "--transport", "http",
-                                 "--port", str(port), "--base-path", str(base)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=errlog, env=clean_env(), cwd=REPO)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        wait_for_http(url, proc, log)
+    with http_server_process(base, root / "server.log", clean_env()) as url:
         yield url
-    finally:
-        stop_process(proc)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -4,15 +4,14 @@ legs to the sources written in that language, whatever name an agent gives it.""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from conftest import bm25_kb
 
 import doc_language
 import fulltext
 import fulltext_schema
-import kb as kbmod
 from filters import NoMatch, parse
 from ingest import ingest
 from library import Library
@@ -58,11 +57,7 @@ def library(tmp_path_factory) -> Library:
     docs.mkdir()
     for name, text in NOTES.items():
         (docs / name).write_text(text, encoding="utf-8")
-    kb = kbmod.open_or_create(root / "base", "docs")
-    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
-    config["embedding"] = {"provider": "none"}
-    (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    assert not ingest(kbmod.load(root / "base", "docs"), [docs]).failed
+    assert not ingest(bm25_kb(root / "base", "docs"), [docs]).failed
     return Library(root / "base")
 
 

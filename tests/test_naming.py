@@ -1,7 +1,12 @@
 """One name for a file whichever way it arrives (issue 30 item 2): a file inside a followed
 folder indexed on its own is named as folder sync names it, so a sync keeps it."""
 
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+from conftest import bm25_kb, clean_env
 
 import fulltext
 import ingest
@@ -9,10 +14,14 @@ import kb as kbmod
 from library import Library
 
 
-def bm25_kb(base: Path, docs: Path) -> kbmod.KnowledgeBase:
-    kb = kbmod.open_or_create(base, "notes")
-    kb.embedding = {"provider": "none"}
-    kbmod.follow(kb, docs)
+@pytest.fixture
+def synced(tmp_path) -> kbmod.KnowledgeBase:
+    """A BM25 KB `notes` following docs/ of one file, synced once."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Alpha.\n", encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base", "notes", [docs])
+    ingest.sync(kb)
     return kb
 
 
@@ -21,7 +30,7 @@ def test_a_file_in_a_followed_folder_keeps_its_name_through_a_sync(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "news.txt").write_text("The harbour crane was inspected.\n", encoding="utf-8")
-    kb = bm25_kb(tmp_path / "base", docs)
+    kb = bm25_kb(tmp_path / "base", "notes", [docs])
     first = ingest.ingest(kb, [docs / "news.txt"])
     assert (first.indexed, first.sources) == (1, 1)
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
@@ -35,16 +44,10 @@ def test_a_file_in_a_followed_folder_keeps_its_name_through_a_sync(tmp_path):
     assert (again.indexed, again.deleted, again.unchanged, again.sources) == (0, 0, 1, 1)
 
 
-def test_rebuild_puts_everything_back_when_a_server_holds_a_file(tmp_path, monkeypatch):
+def test_rebuild_puts_everything_back_when_a_server_holds_a_file(synced, monkeypatch):
     # issue 31: on Windows the rename fails while a server holds the KB open; the index must
     # stay whole and the message say to stop the host
-    import pytest
-
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.txt").write_text("Alpha.\n", encoding="utf-8")
-    kb = bm25_kb(tmp_path / "base", docs)
-    ingest.sync(kb)
+    kb = synced
     (kb.folder / "chroma").mkdir(exist_ok=True)
     real = Path.rename
 
@@ -64,19 +67,10 @@ def test_rebuild_puts_everything_back_when_a_server_holds_a_file(tmp_path, monke
     assert ingest.writer_lock(kb, "probe").holder() is None  # the lock was let go
 
 
-def test_a_second_writer_is_refused_between_moving_aside_and_rebuilding(tmp_path, monkeypatch):
+def test_a_second_writer_is_refused_between_moving_aside_and_rebuilding(synced, monkeypatch):
     # issue 31: rebuild let the writer lock go after moving the stores aside, so another
     # ingest.py could index into the half-moved KB
-    import subprocess
-    import sys
-
-    from conftest import clean_env
-
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "a.txt").write_text("Alpha.\n", encoding="utf-8")
-    kb = bm25_kb(tmp_path / "base", docs)
-    ingest.sync(kb)
+    kb = synced
     seen: dict = {}
     repo = Path(__file__).resolve().parent.parent
 
@@ -84,7 +78,7 @@ def test_a_second_writer_is_refused_between_moving_aside_and_rebuilding(tmp_path
         seen["moved"] = not kb_now.fulltext_path.exists()
         seen["other"] = subprocess.run(
             [sys.executable, str(repo / "ingest.py"), "--kb", kb.id, "--base-path",
-             str(tmp_path / "base"), "--quiet"], capture_output=True, text=True,
+             str(kb.folder.parent), "--quiet"], capture_output=True, text=True,
             encoding="utf-8", env=clean_env(), cwd=repo, timeout=120)
 
     monkeypatch.setattr(ingest, "_drop_server_collection", second_writer)
