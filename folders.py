@@ -286,7 +286,7 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
     Only a file to be indexed (added or modified) has its first bytes read for the content
     rules (ignores.content_reason): an unchanged one passed them when it was indexed. One that
     fails them now is not indexed, and its old source is deleted."""
-    folders = [Path(p).expanduser().resolve() for p in kb.source_paths]
+    folders = [Path(p).expanduser().resolve() for p in kb.folder_paths]
     plan = SyncPlan()
     left_out = ignores.Tally()
     seen: set[str] = set()

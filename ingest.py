@@ -310,6 +310,25 @@ class Indexer:
         self._commit(src, path, doc, summary)  # the mail last: a crash before it re-reads it
         _pause_point("after-commit")
 
+    def index_fetched(self, file: Path, src: fulltext.SourceFile, summary: Summary,
+                      force: bool = False) -> None:
+        """Index a downloaded page or object (url_fetch, s3_source) as source `src.name`:
+        `file` is a private copy already within the size bound, `src.sha256` its SHA-256, so
+        the same bytes as indexed are unchanged (the row gets the new size and date)."""
+        summary.sources += 1
+        row = fulltext.source_row(self.conn, src.name)
+        if (not force and row is not None and row["state"] not in folders.RETRY_STATES
+                and row["sha256"] == src.sha256):
+            fulltext.touch_source(self.conn, src.name, src.size, src.mtime)
+            summary.unchanged += 1
+            return
+        doc = self._extract(file, src, summary)
+        if doc is None:
+            return
+        if doc.attachments or fulltext.attachment_names(self.conn, src.name):
+            self._index_attachments(src, doc.attachments, summary, force)
+        self._commit(src, file, doc, summary)
+
     def _extract(self, path: Path, src: fulltext.SourceFile, summary: Summary):
         """The file's pages, or None once its failure is recorded."""
         import extract
@@ -544,6 +563,30 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
     return _run(kb, work, progress, report, run=run)
 
 
+def ingest_url(kb: kbmod.KnowledgeBase, url: str, force: bool = False, progress: bool = False,
+               report: Report | None = None,
+               run: run_status.RunStatus | None = None) -> Summary:
+    """Fetch one web page or document (url_fetch.py: size, time and redirect bounds, no
+    private or metadata address unless the KB allows private ones) and index it as the
+    source named by its normalised URL; fetching it again replaces it. The fetch runs before
+    the KB's writer lock is taken; a refused or failed fetch raises url_fetch.FetchError (a
+    ValueError) and changes nothing."""
+    import url_fetch
+
+    with tempfile.TemporaryDirectory(prefix="linecite-url-", ignore_cleanup_errors=True) as tmp:
+        got = url_fetch.fetch(url, Path(tmp), _max_file_bytes(),
+                              url_fetch.private_allowed(kb.urls))
+        src = fulltext.SourceFile(got.url, got.url, paths.file_sha256(got.file), got.size,
+                                  time.time())
+
+        def work(indexer: Indexer, summary: Summary) -> None:
+            indexer.index_fetched(got.file, src, summary, force)
+            url_fetch.save_validators(indexer.conn, got.url, got.validators)
+            summary.embedded += indexer.embed_pending()
+
+        return _run(kb, work, progress, report, run=run)
+
+
 def _refuse_taken_names(kb: kbmod.KnowledgeBase, files: list[tuple[Path, str]]) -> None:
     """A name whose source is another file that still exists would silently replace it (an
     agent's `ingest_file(source_name="notes.txt")` overwrote the user's notes). Re-indexing the
@@ -623,7 +666,7 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
 
 def _kb_folders(kb: kbmod.KnowledgeBase) -> list[Path]:
     """The KB's sourcePaths, resolved: a synced file is read only if it opens inside one."""
-    return [Path(p).expanduser().resolve() for p in kb.source_paths]
+    return [Path(p).expanduser().resolve() for p in kb.folder_paths]
 
 
 def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
@@ -739,8 +782,9 @@ def main(argv: list[str] | None = None) -> int:
         return ocr.smoke(Path(argv[1]))
     parser = argparse.ArgumentParser(
         description="Index files into a linecite knowledge base (JSON summary on stdout).")
-    parser.add_argument("path", type=Path, nargs="?",
-                        help="a file or a folder to index (default: sync the KB's sourcePaths)")
+    parser.add_argument("path", nargs="?",
+                        help="a file, a folder or an http(s) URL to index (default: sync the "
+                             "KB's sourcePaths)")
     parser.add_argument("source_name", nargs="?",
                         help="the name agents cite for this file (default: its file name)")
     parser.add_argument("--kb", default=kbmod.DEFAULT_KB,
@@ -757,11 +801,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     # PowerShell 5.1 and cmd pass "~" through unexpanded
-    args.path = args.path.expanduser() if args.path is not None else None
+    url = args.path if args.path and args.path.startswith(("http://", "https://")) else None
+    args.path = Path(args.path).expanduser() if args.path is not None and not url else None
     args.base_path = args.base_path.expanduser() if args.base_path is not None else None
     if args.source_name and (args.path is None or args.path.is_dir()):
         parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
-    if args.rebuild and args.path is not None:
+    if args.rebuild and (args.path is not None or url):
         parser.error("--rebuild takes no PATH: it re-indexes the files the KB already knows")
     base = args.base_path or paths.default_base_path()
     if args.rebuild and args.kb not in kbmod.list_ids(base):
@@ -772,6 +817,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.rebuild:
             summary = rebuild(kbmod.load(base, args.kb), progress=not args.quiet, run=run)
+        elif url is not None:
+            summary = ingest_url(kbmod.open_or_create(base, args.kb), url, force=args.force,
+                                 progress=not args.quiet, run=run)
         elif args.path is None:
             summary = sync(kbmod.open_or_create(base, args.kb), "full", force=args.force,
                            progress=not args.quiet, run=run)
