@@ -582,6 +582,16 @@ def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
     return bm25.Scores.from_pairs(conn.execute(sql, params).fetchall())
 
 
+def embedded_chunk_ids(conn: sqlite3.Connection, source: str | Sequence[str],
+                       limit: int) -> list[str]:
+    """The ids of these sources' chunks that have a vector (embed_state 'indexed'), at most
+    `limit` + 1 of them (one more says there are more)."""
+    test, names = source_filter(source)
+    return [r[0] for r in conn.execute(
+        f"SELECT c.chunk_id FROM chunks c JOIN sources s ON s.id = c.source_id WHERE {test}"
+        " AND c.embed_state = 'indexed' LIMIT ?", [*names, limit + 1])]
+
+
 def top_chunks(conn: sqlite3.Connection, scores, limit: int) -> list[tuple[sqlite3.Row, float]]:
     """The `limit` best-scored chunks (of a bm25.Scores) with their rows, best first."""
     best = scores.top(limit)

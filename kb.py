@@ -17,6 +17,7 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -62,6 +63,7 @@ class KnowledgeBase:
     rerank: dict = field(default_factory=dict)  # the validated `rerank` block; {} = none
     text_extensions: list[str] = field(default_factory=list)  # lower case; read as plain text
     respect_gitignore: bool = True  # folder sync honours .gitignore files (ignores.py)
+    watch: bool | str = True  # a running server keeps the folders current (watcher.py)
     urls: dict = field(default_factory=dict)  # the validated `urls` block (url_fetch.py)
     s3: dict = field(default_factory=dict)  # the validated `s3` block (s3_source.py)
 
@@ -92,6 +94,8 @@ class KnowledgeBase:
             data["textExtensions"] = self.text_extensions
         if not self.respect_gitignore:
             data["respectGitignore"] = False
+        if self.watch is not True:
+            data["watch"] = self.watch
         data.update({k: v for k, v in (("urls", self.urls), ("s3", self.s3)) if v})
         return data
 
@@ -145,6 +149,7 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
                          rerank=data.get("rerank") or {},
                          text_extensions=[e.lower() for e in data.get("textExtensions") or []],
                          respect_gitignore=data.get("respectGitignore") is not False,
+                         watch=data.get("watch", True),
                          urls=data.get("urls") or {}, s3=data.get("s3") or {})
 
 
@@ -157,6 +162,18 @@ def search_settings(kb: KnowledgeBase) -> dict:
     return {"fusion": method, "vector_weight": weight,
             "title_weight": kb.search.get("titleWeight", titles.TITLE_WEIGHT),
             "diversity": kb.search.get("diversity", 0.0)}
+
+
+WATCH_VALUES = (True, False, "poll")  # config.json's `watch`; absent: true
+
+
+def config_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when config.json is rewritten: inode, mtime and size; None if it is gone."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what apiKeyEnv may hold
@@ -201,6 +218,11 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     _validate_text_extensions(data.get("textExtensions") or [], path)
     _validate_urls(data.get("urls") or {}, path)
     _validate_s3(data, path)
+    if data.get("watch", True) not in WATCH_VALUES:
+        raise ConfigError(f"{path}: field 'watch' must be true (watch the folders while a "
+                          "server runs), false (only start_reindex or ingest.py syncs them) or "
+                          f"\"poll\" (walk them every second: shares native events miss), not "
+                          f"{data['watch']!r}")
 
 
 def _validate_embedding(block: dict, path: Path) -> None:
@@ -478,6 +500,18 @@ def follow(kb: KnowledgeBase, folder: Path) -> bool:
     atomic.write_json(path, data)
     kb.source_paths = data["sourcePaths"]
     return True
+
+
+def update(base: Path, kb_id: str, change: Callable[[dict], None]) -> KnowledgeBase:
+    """Apply `change` to the KB's config.json and write it back atomically, after the same
+    checks `load` makes: a value the file would be refused for is refused here (ConfigError
+    naming the field) and the file stays as it was. Other fields, unknown to us, are kept."""
+    path = base / check_kb_id(kb_id) / "config.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    _validate(data, kb_id, path)
+    atomic.write_json(path, data)
+    return load(base, kb_id)
 
 
 def list_ids(base: Path) -> list[str]:

@@ -24,11 +24,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import filters
 import fulltext
 import kb as kbmod
 import limits
+import multikb
 import run_status
+from filters import Filters
 from formats.languages import parser_language
+from kb import config_stamp
 from limits import UserError, check_text, shown
 from pidlock import LockBusy, PidLock
 
@@ -110,6 +114,7 @@ class Library:
         self._open: dict[str, OpenKB] = {}
         self._lock = threading.Lock()
         self._rerankers: dict[str, object] = {}  # a `rerank` block's JSON -> its Reranker
+        self.watch = None  # a running server's watcher.Watcher: get_index_info shows it
 
     def close(self) -> None:
         for entry in self._open.values():
@@ -310,19 +315,34 @@ class Library:
             out.append(item)
         return out
 
-    def search(self, query: str, top_k: int, mode: str, kb_id: str | None,
+    def search(self, query: str, top_k: int, mode: str, kb_id: str | list[str] | None,
                source: str | None, queries: list[str] | None = None,
                diversity: float | None = None, expand: bool = True,
-               case_sensitive: bool = False) -> dict:
+               case_sensitive: bool = False, filters: Filters | None = None) -> dict:
+        """One KB's hits, or with a list of kb_ids or "*" the hits of several KBs in one
+        ranking (multikb.py), each hit naming its kb_id."""
+        asked = self._check_queries(query, queries)
+        limits.check_name(source, "source")
+        if isinstance(kb_id, str) and kb_id != multikb.EVERY_KB or kb_id is None:
+            return self._search_kb(self.resolve(kb_id), asked, top_k, mode, source, diversity,
+                                   expand, case_sensitive, filters)
+        kbs = multikb.chosen(kb_id, self.kb_ids())
+        return multikb.search_all(
+            kbs, top_k, lambda kb: self._search_kb(kb, asked, top_k, mode, source, diversity,
+                                                   expand, case_sensitive, filters),
+            search_status)
+
+    def _search_kb(self, kb: str, asked: list[str], top_k: int, mode: str, source: str | None,
+                   diversity: float | None, expand: bool, case_sensitive: bool,
+                   filters: Filters | None) -> dict:
         import rerank
         import search
         from embedders import EmbedderMismatch
 
-        asked = self._check_queries(query, queries)
-        limits.check_name(source, "source")
-        kb = self.resolve(kb_id)
         if source is not None:
             source = self._sources_named(kb, source)
+        if filters is not None and filters.narrows():
+            source = self._filtered(kb, source, filters)
         expansion = self._expand(kb, asked) if expand and mode != "exact" else None
         searched = expansion.queries if expansion else asked
         vector = mode in ("vector", "auto")
@@ -358,7 +378,8 @@ class Library:
             hits, skipped = rerank.rerank_hits(reranker, searched[0], hits)
             degraded = "; ".join(filter(None, [degraded, skipped])) or None
         hits = hits[:top_k]
-        result = {"kb_id": kb, "search_mode": mode, "hits": [h.to_json() for h in hits]}
+        result = {"kb_id": kb, "search_mode": mode,
+                  "hits": [{"kb_id": kb, **h.to_json()} for h in hits]}
         if len(searched) > 1:
             result["queries"] = searched  # a hit's `queries` are positions in this list
         if expansion is not None and expansion.note:
@@ -368,6 +389,21 @@ class Library:
         if note:
             result["warning"] = note
         return result
+
+    def _filtered(self, kb_id: str, source: str | list[str] | None,
+                  narrowed: Filters) -> list[str]:
+        """The sources a filtered search looks at: those passing the filters, within
+        `source` when it is given too."""
+        with self.reading(kb_id) as entry:
+            names = filters.select(entry.conn, kb_id, narrowed, entry.kb.text_extensions)
+        if source is None:
+            return names
+        within = {source} if isinstance(source, str) else set(source)
+        kept = [n for n in names if n in within]
+        if not kept:
+            raise filters.NoMatch(f"no source of {kb_id!r} that `source` names passes the "
+                                  f"filters ({narrowed.describe()})")
+        return kept
 
     def _reranker(self, kb: kbmod.KnowledgeBase):
         """The KB's reranker (None without a `rerank` block), one per block: each holds an
@@ -579,6 +615,8 @@ class Library:
             with self.reading(kb_id) as entry:
                 self._searcher(entry)  # opens the vector store and checks its count
                 info.update(index_health(entry))
+        info["watch"] = self.watch.status(kb_id) if self.watch else {
+            "enabled": False, "reason": "only a running server watches folders"}
         return info
 
     def check_changes(self, kb_id: str | None) -> dict:
@@ -643,9 +681,9 @@ class Library:
                 some = [n for (n,) in entry.conn.execute(
                     "SELECT name FROM sources ORDER BY name LIMIT 5")]
         if not names:
-            raise UserError(f"no source in {kb_id!r} matches {shown(pattern)}; sources are "
-                            f"named like {', '.join(map(repr, some)) or 'nothing yet'} "
-                            "(list_sources shows them all)")
+            raise UnknownSource(f"no source in {kb_id!r} matches {shown(pattern)}; sources "
+                                f"are named like {', '.join(map(repr, some)) or 'nothing yet'}"
+                                " (list_sources shows them all)")
         if len(names) > limits.MAX_GLOB_SOURCES:
             raise UserError(f"{shown(pattern)} matches more than {limits.MAX_GLOB_SOURCES:,} "
                             f"sources, the most a search takes: narrow the pattern")
@@ -663,8 +701,8 @@ class Library:
             raise UserError(f"several sources are named {shown(source)} in {kb_id!r}, e.g. "
                             f"{', '.join(map(repr, names))}; give the whole name")
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise UserError(f"unknown source {shown(source)} in {kb_id!r}{hint} (list_sources "
-                        "shows every source and its exact name)")
+        raise UnknownSource(f"unknown source {shown(source)} in {kb_id!r}{hint} (list_sources "
+                            "shows every source and its exact name)")
 
     def _kb_of_source(self, source: str, kb_id: str | None) -> tuple[str, str]:
         """(kb_id, source name) of a source, looked for in every KB when kb_id is left out."""
@@ -708,6 +746,18 @@ class KBDamaged(UserError):
     """A KB whose fulltext.sqlite3 cannot be read: truncated, overwritten, not SQLite."""
 
 
+class UnknownSource(UserError):
+    """A `source` that names no source of the KB."""
+
+
+def search_status(err: Exception) -> str:
+    """How a KB that did not answer a search over several is named: damaged, no_match (no
+    source passes the filters, or `source` is not there) or error."""
+    if isinstance(err, KBDamaged):
+        return "damaged"
+    return "no_match" if isinstance(err, (filters.NoMatch, UnknownSource)) else "error"
+
+
 def is_damage(err: sqlite3.DatabaseError) -> bool:
     """True for a file that is not a readable index (SQLITE_CORRUPT, SQLITE_NOTADB, I/O);
     False for a busy database or a bug, which must not send the user off to rebuild."""
@@ -721,15 +771,6 @@ def damaged(kb: kbmod.KnowledgeBase, err: sqlite3.DatabaseError) -> KBDamaged:
     return KBDamaged(f"knowledge base {kb.id!r} is damaged: {kb.fulltext_path} cannot be read "
                      f"({err}). Restore that file from a backup, or rebuild the knowledge base "
                      f"from its source files: `python ingest.py --kb {kb.id} --rebuild`")
-
-
-def config_stamp(path: Path) -> tuple[int, int, int] | None:
-    """What changes when config.json is rewritten: inode, mtime and size; None if it is gone."""
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return info.st_ino, info.st_mtime_ns, info.st_size
 
 
 def _provider(kb: kbmod.KnowledgeBase) -> str:
@@ -911,6 +952,9 @@ def allowed_path(path: str, kb: kbmod.KnowledgeBase) -> Path:
         raise UserError(f"{path!r} is outside the folders this knowledge base may read "
                         f"({', '.join(map(str, folders))}); symlinks and '..' are followed "
                         "before checking")
+    if not resolved.exists():
+        raise UserError(f"{path!r} does not exist; check the path (list the folder), or give "
+                        "the full path of another document")
     if not resolved.is_file():
         raise UserError(f"{path!r} is not a file; give the full path of one document")
     return resolved

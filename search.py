@@ -6,7 +6,8 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
   (fulltext.bm25_all): the top CANDIDATES by MaxScore, any other chunk looked up.
 - Vector leg: the KB's embedder over Chroma (library.py embeds the query before it takes the
   KB's lock, `query_vector`, and passes the vector in); a vector hit that SQLite does not hold as an
-  indexed chunk is dropped (SQLite is the record, Chroma may lag behind it).
+  indexed chunk is dropped (SQLite is the record, Chroma may lag behind it). Narrowed to some
+  sources (`source`, filters.py), both legs look only at theirs, before ranking.
 - Fusion, chosen per KB (`search` block of config.json, kb.search_settings): fusion.py's
   `convex`, `minmax` or `rrf` over every candidate of either leg.
 - Overlapping or adjacent chunks of one page merge into one hit (hits.py), and no single
@@ -43,6 +44,9 @@ DIVERSITY_CLOSE = 0.5  # "close" = at least this share of the best score
 MMR_POOL = 3  # with `diversity`, hits considered per hit returned
 SAME_SOURCE_LIKENESS = 0.5  # with `diversity`, two hits of one source are at least this alike
 EXACT_LINES = 200  # matching lines `exact` reads a query, so a definition far down is in them
+# a search narrowed to sources with at most this many embedded chunks scores each of them
+# (their stored vectors): Chroma's filtered HNSW search missed chunks of a small allowed set
+EXACT_VECTOR_CHUNKS = 10_000
 # ---------------------------------------------------------------------------
 
 
@@ -271,10 +275,17 @@ class Searcher:
                  embedding: list[float] | None) -> Future:
         """The query's embedding (unless given) and its nearest chunks, worked out in a thread
         while the BM25 leg runs: on a first search, loading the vector index then overlaps
-        loading the Korean or Chinese segmenter instead of following it."""
+        loading the Korean or Chinese segmenter instead of following it. A search narrowed to
+        sources (`source`, filters) with few embedded chunks scores every one of them: exact,
+        where Chroma's filtered HNSW search missed some of a small allowed set."""
+        few = None if source is None else \
+            fulltext.embedded_chunk_ids(self.conn, source, EXACT_VECTOR_CHUNKS)
 
         def work() -> tuple:
             vector = embedding or self.store.embed_query(query)
+            if few is not None and len(few) <= EXACT_VECTOR_CHUNKS:
+                cosines = self.store.cosines(vector, few) if few else {}
+                return vector, sorted(cosines.items(), key=lambda p: -p[1])[:CANDIDATES]
             where = None if source is None else \
                 {"source": source if isinstance(source, str) else {"$in": list(source)}}
             return vector, self.store.query(vector, CANDIDATES, where)

@@ -6,8 +6,9 @@
 
 Serves every knowledge base under the base folder (`--base-path`, else LINECITE_HOME, else
 the user data folder). Tools are thin: each calls one Library method (library.py). Kiwi,
-jieba, the embedder and Chroma load on the first call that needs them, so tools are listed
-about a second after spawn. Nothing but protocol is written to stdout.
+jieba, the embedder and Chroma load on the first call that needs them or in the warm-up
+(stdio: from `initialize`; HTTP: as it starts), so tools are listed as soon as a bare FastMCP
+server lists its own (`python -m bench startup`). Nothing but protocol is written to stdout.
 
 Layer: surface (top): the MCP tools and transports; nothing of the product imports it.
 """
@@ -16,9 +17,12 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
+import logging
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -26,30 +30,44 @@ from urllib.parse import urlsplit
 
 import anyio
 from fastmcp import Context, FastMCP
-from fastmcp.exceptions import ToolError, ValidationError
+from fastmcp.exceptions import FastMCPError, PromptError, ResourceError, ToolError, ValidationError
 from fastmcp.server.lifespan import lifespan
 from fastmcp.server.middleware import Middleware
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, ListResourcesResult, PaginatedRequestParams, Resource
 from pydantic import BeforeValidator, Field
 from pydantic import ValidationError as PydanticError
 from pydantic_core import PydanticCustomError
 
+import filters
 import kb as kbmod
 import limits
+import multikb
 import paths
+import resources
 import stdio_transport
+import watcher
+import webui
 from library import MAX_CONTEXT, Library
 from limits import UserError
+from version import VERSION
 
 # ---------------------------------------------------------------------------
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-WARM_UP_ENV = "LINECITE_WARM_UP"  # "0": no warm-up search after the tools are listed
+WARM_UP_ENV = "LINECITE_WARM_UP"  # "0": no warm-up search (at initialize; HTTP: at start)
+HANDSHAKE_GRACE = 1.0  # seconds a warm-up started at initialize waits for tools/list
 TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # bearer token; required when binding a non-loopback address
 # ---------------------------------------------------------------------------
 
 READ_ONLY = {"readOnlyHint": True, "openWorldHint": False}
 KbId = Annotated[str | None, Field(description="Knowledge base id (see list_knowledge_bases); "
                                                "may be left out when there is only one")]
+SearchKbIds = Annotated[
+    str | Annotated[list[str], Field(max_length=multikb.MAX_SEARCH_KBS)] | None,
+    Field(description="Knowledge base id (see list_knowledge_bases), a list of ids, or \"*\" "
+                      f"for every one: at most {multikb.MAX_SEARCH_KBS} a search, ranked as one "
+                      "list, each hit naming its kb_id; may be left out when there is only one")]
 
 
 def refuse_bool(value: object) -> object:
@@ -71,9 +89,13 @@ def whole(low: int, high: int, description: str) -> object:
 async def open_library(server: FastMCP):
     library = Library(paths.default_base_path())
     warm_up.library = library
+    if warm_up.at_start:
+        warm_up.start()
+    library.watch = watcher.start(library.base)  # folders kept current; begins after a second
     try:
         yield {"library": library}
     finally:
+        library.watch.stop()
         warm_up.library = None
         library.close()
 
@@ -127,33 +149,81 @@ class PlainArgumentErrors(Middleware):
             raise ToolError(argument_errors(name, err.__cause__, known)) from None
 
 
+class NoInternalErrors(Middleware):
+    """A failure inside linecite or a library (Chroma's, SQLite's) reaches the agent as one
+    sentence that says what to do; its text and traceback go to stderr, the host's log.
+    fastmcp would send `str(err)`: a path, or "'RustBindingsAPI' object has no attribute"."""
+
+    async def on_call_tool(self, context, call_next):
+        try:
+            return await call_next(context)
+        except ToolError as err:
+            cause = err.__cause__
+            if cause is None or isinstance(cause, FastMCPError):
+                raise  # ours (UserError, argument errors) or fastmcp's own words
+            name = context.message.name
+            print(f"linecite: {name} failed inside the server:", file=sys.stderr)
+            traceback.print_exception(cause, file=sys.stderr)
+            raise ToolError(f"{name} failed inside the server; nothing already indexed was "
+                            "lost. Try the call again; if it fails again, the server's log "
+                            "(its stderr, in the host's MCP log) says why") from None
+
+
 class WarmUp(Middleware):
-    """Once the host has listed the tools (the handshake is over, so it is not slowed), load
-    what a first search needs in a thread: in a new process that search otherwise waits
-    2-7 s for Kiwi, jieba, the embedder and Chroma. LINECITE_WARM_UP=0 turns it off."""
+    """Load what a first search needs, in a thread: in a new process that search otherwise
+    waits seconds for Kiwi, jieba, the embedder and Chroma. Over stdio it starts when the host
+    says `initialize` (the process is its: the spawn's imports are done, and the host asks
+    soon after); the HTTP server starts it with the server (`at_start`), not at a first
+    request. tools/list starts it too, for a host that never initializes. LINECITE_WARM_UP=0
+    turns it off."""
 
     library: Library | None = None
+    at_start = False  # set by main() for the HTTP transport
     started = False
 
+    def __init__(self) -> None:
+        self.listed = threading.Event()  # tools/list answered: the handshake is over
+
+    def start(self) -> None:
+        """Start the warm-up once per process (a no-op when off or already started)."""
+        if self.started or self.library is None or os.environ.get(WARM_UP_ENV, "1") == "0":
+            return
+        self.started = True
+        threading.Thread(target=self._run, args=(self.library,), name="linecite-warm-up",
+                         daemon=True).start()
+
+    def _run(self, library: Library) -> None:
+        """Yield to the handshake first: on 2 cores the loads' imports, started at once,
+        made tools/list ~0.5-1 s slower; a host lists the tools right after initializing."""
+        self.listed.wait(0 if self.at_start else HANDSHAKE_GRACE)
+        library.warm_up()
+
+    async def on_initialize(self, context, call_next):
+        self.start()
+        return await call_next(context)
+
+    async def on_discover(self, context, call_next):
+        self.start()
+        return await call_next(context)
+
     async def on_list_tools(self, context, call_next):
-        result = await call_next(context)
-        if not self.started and self.library is not None and \
-                os.environ.get(WARM_UP_ENV, "1") != "0":
-            self.started = True
-            threading.Thread(target=self.library.warm_up, name="linecite-warm-up",
-                             daemon=True).start()
-        return result
+        self.start()
+        try:
+            return await call_next(context)
+        finally:
+            self.listed.set()
 
 
 warm_up = WarmUp()
 
 mcp = FastMCP(
     "linecite",
+    version=VERSION,  # serverInfo.version; fastmcp's own otherwise
     instructions="Search local documents and cite them. Call `search` to find where something "
                  "is said (source, page, line_start, line_end), then `read_range` to read those "
                  "exact lines before quoting them. Cite as: source, page, lines.",
     lifespan=open_library,
-    middleware=[PlainArgumentErrors(), warm_up],
+    middleware=[NoInternalErrors(), PlainArgumentErrors(), warm_up],
 )
 
 
@@ -186,7 +256,7 @@ async def search(
         description="auto: keywords and meaning combined; bm25: keywords; vector: meaning; "
                     "exact: lines containing the query as written (names, codes, numbers)")
     ] = "auto",
-    kb_id: KbId = None,
+    kb_id: SearchKbIds = None,
     source: Annotated[str | None, Field(description="Only search this source (a name from "
                                                     "list_sources), or the sources a path glob "
                                                     "matches (src/**/*.py)")] = None,
@@ -204,14 +274,33 @@ async def search(
                                               "add rewrites of the query")] = True,
     case_sensitive: Annotated[bool, Field(description="exact mode: match the query's case "
                                                       "too (getURL, not getUrl)")] = False,
+    path: Annotated[str | None, Field(description="Only sources whose name or file path "
+                                                  "matches this glob (contracts/2024/**) or "
+                                                  "starts with this prefix (contracts/2024/), "
+                                                  "from the start or any folder")] = None,
+    types: Annotated[list[str] | None, Field(
+        max_length=filters.MAX_TYPES,
+        description="Only sources of these types: an extension (pdf, docx, xlsx, md, py) or a "
+                    "family (pdf, text, office, hwp, markup, mail, image, audio, data, code)")
+    ] = None,
+    modified_after: Annotated[str | None, Field(description="Only files modified at or after "
+                                                            "this ISO 8601 date or time (a mail: "
+                                                            "its Date:), e.g. 2024-03-01")] = None,
+    modified_before: Annotated[str | None, Field(description="Only files modified before this "
+                                                             "ISO 8601 date or time")] = None,
+    language: Annotated[list[str] | None, Field(
+        max_length=filters.MAX_TYPES,
+        description="Only code sources in these languages (python, typescript, ...: "
+                    "list_sources shows each source's)")] = None,
 ) -> dict:
     """Find where something is said: hits with source, page, line_start, line_end and text.
 
-    Read a hit's exact lines with read_range(source, page, line_start, line_end) before citing.
+    Read a hit's exact lines with read_range(source, page, line_start, line_end, kb_id)
+    before citing. Filters (path, types, dates, language) narrow the files before ranking.
     """
-    return await run(ctx, lambda lib: lib.search(query, top_k, search_mode, kb_id, source,
-                                                 queries, diversity, expand,
-                                                 case_sensitive))
+    return await run(ctx, lambda lib: lib.search(
+        query, top_k, search_mode, kb_id, source, queries, diversity, expand, case_sensitive,
+        filters.parse(path, types, modified_after, modified_before, language)))
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -326,7 +415,8 @@ async def cancel_reindex(ctx: Context, kb_id: KbId = None) -> dict:
 @mcp.tool(annotations=READ_ONLY)
 async def get_index_info(ctx: Context, kb_id: KbId = None) -> dict:
     """Index status: running/queued/idle, progress and the file in hand, queue position, the
-    last run's counts and errors, sources per state, and the files that failed and why."""
+    last run's counts and errors, sources per state, the files that failed and why, and
+    which folders the server watches and what changed files wait to be queued."""
     return await run(ctx, lambda lib: lib.get_index_info(kb_id))
 
 
@@ -335,6 +425,61 @@ async def check_changes(ctx: Context, kb_id: KbId = None) -> dict:
     """Dry run of a folder sync: files added, modified and deleted since the last index.
     Reads only file metadata (and hashes where needed); calls no model."""
     return await run(ctx, lambda lib: lib.check_changes(kb_id))
+
+
+# --------------------------------------------------------------------------- resources, prompt
+async def resource(ctx: Context, work: Callable[[Library], dict]) -> str:
+    """A resource's JSON text from `work(library)`; a UserError as a ResourceError."""
+    try:
+        return json.dumps(await run(ctx, work), ensure_ascii=False)
+    except ToolError as err:  # the agent's to fix, no server fault: not logged with a trace
+        raise ResourceError(str(err), log_level=logging.DEBUG) from None
+
+
+@mcp.resource(resources.SOURCE_TEMPLATE, mime_type=resources.MIME)
+async def source_outline(kb_id: str, source: str, ctx: Context) -> str:
+    """A source's outline: pages, lines per page and headings, each page with its URI (the
+    source name percent-encoded as UTF-8, "/" too)."""
+    return await resource(ctx, lambda lib: resources.outline(lib, kb_id, source))
+
+
+@mcp.resource(resources.PAGE_TEMPLATE, mime_type=resources.MIME)
+async def source_page(kb_id: str, source: str, page: str, ctx: Context) -> str:
+    """A page's numbered lines, as read_range returns them (at most 500 lines or 40,000
+    characters; `more` says where to read on)."""
+    return await resource(ctx, lambda lib: resources.page_lines(lib, kb_id, source, page))
+
+
+@mcp.prompt(name="cite")
+def cite(question: Annotated[str, Field(description="The question to answer from the "
+                                                    "documents")] = "",
+         kb_id: Annotated[str, Field(description="A knowledge base to search (default: "
+                                                 "every one)")] = "") -> str:
+    """Answer from the documents with exact citations: search, then read_range, then quote
+    with source, page and lines."""
+    try:
+        return resources.cite_prompt(question, kb_id)
+    except UserError as err:
+        raise PromptError(str(err), log_level=logging.DEBUG) from None
+
+
+async def list_sources_as_resources(ctx, params: PaginatedRequestParams):
+    """resources/list: every KB's sources, resources.LIST_PAGE at a time, read page by page
+    from SQLite (fastmcp would list every resource at once, then cut a page out of it)."""
+    library: Library = ctx.lifespan_context["library"]
+    cursor = params.cursor if params else None
+    try:
+        found, after = await anyio.to_thread.run_sync(resources.list_page, library, cursor)
+    except ValueError as err:
+        raise MCPError(code=INVALID_PARAMS, message=str(err)) from None
+    own = [] if cursor else [r.to_mcp_resource(uri=str(r.uri)) for r in
+                             await mcp.list_resources()]  # any fixed resource: first page
+    return ListResourcesResult(resources=own + [Resource.model_validate(r) for r in found],
+                               next_cursor=after)
+
+
+mcp._mcp_server.add_request_handler("resources/list", PaginatedRequestParams,  # replaces
+                                    list_sources_as_resources)  # fastmcp's own handler
 
 
 # ---------------------------------------------------------------------------
@@ -481,6 +626,7 @@ def http_auth(host: str):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="linecite MCP server")
+    parser.add_argument("--version", action="version", version=f"linecite {VERSION}")
     parser.add_argument("--transport", choices=["stdio", "http"],
                         default=os.environ.get("LINECITE_TRANSPORT", "stdio"))
     parser.add_argument("--host", default=os.environ.get("LINECITE_HOST", DEFAULT_HOST))
@@ -488,14 +634,27 @@ def main(argv: list[str] | None = None) -> None:
                                                                        DEFAULT_PORT)))
     parser.add_argument("--base-path", type=Path, default=None,
                         help="folder holding all KBs (default: $LINECITE_HOME or user data)")
+    parser.add_argument("--ui", nargs="?", type=int, const=0, default=None, metavar="PORT",
+                        help="serve only the web page, on 127.0.0.1 (a free port unless "
+                             "PORT), and open the browser on it")
     args = parser.parse_args(argv)
     if args.base_path is not None:  # the flag wins over the environment, for the
         os.environ[paths.HOME_ENV] = str(args.base_path)  # lifespan and every child process
+    if args.ui is not None:
+        from starlette.middleware import Middleware
+
+        webui.serve_alone(args.ui, lambda port: [
+            Middleware(OwnOriginOnly, host=DEFAULT_HOST, port=port), Middleware(BoundedRequests)])
+        return
     if args.transport == "stdio":
         stdio_transport.serve(mcp)
         return
     mcp.auth = http_auth(args.host)
+    warm_up.at_start = True  # an HTTP server warms up as it starts, not at a first request
     print(f"linecite: serving MCP on http://{args.host}:{args.port}/mcp", file=sys.stderr)
+    ui = webui.WebUI(lambda: warm_up.library, os.environ.get(TOKEN_ENV, "").strip() or None)
+    for path, methods, endpoint in ui.endpoints():  # the page at /, its API at /api/...
+        mcp.custom_route(path, methods=methods)(endpoint)
     # Host check: on loopback it stops DNS rebinding. Off loopback a token is required, which
     # a rebinding page cannot send, and clients reach the machine by names and addresses we
     # cannot list (0.0.0.0 is never a Host header), so any Host is let through. A foreign

@@ -4,6 +4,7 @@
     python -m bench scale N ...         # scale_bench.py: N chunks beside rank_bm25 + Chroma
     python -m bench quality SET ...     # evaluate.py: nDCG/recall on the team's eval sets
     python -m bench code ...            # code_eval.py: hit@k/MRR on installed packages' code
+    python -m bench startup ...         # startup_bench.py: spawn -> tools/list, first answers
 
 Each command hands the rest of the command line to that script's own parser (`--help` there).
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import sys
 
 USAGE = ("usage: python -m bench speed SECTION ... | scale N ... | quality SET ... | code ... "
-         "(--help after)")
+         "| startup ... (--help after)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import code_eval
 
         return code_eval.main(rest)
+    if command == "startup":
+        from bench import startup_bench
+
+        return startup_bench.main(rest)
     print(USAGE, file=sys.stderr)
     return 2
 

@@ -135,7 +135,10 @@ def _converted(path: Path, kind: str, target: str, modern: Callable[[Path], Extr
                            "winget install TheDocumentFoundation.LibreOffice; Debian: apt-get "
                            f"install libreoffice-writer-nogui libreoffice-calc-nogui "
                            f"libreoffice-impress-nogui) or save it as {target} yourself.")
-    with tempfile.TemporaryDirectory(prefix="linecite-soffice-") as tmp:
+    # ignore_cleanup_errors: on Windows a soffice.bin that outlives its conversion for a moment
+    # holds a file here, and a failed delete must not turn a good conversion into an error
+    with tempfile.TemporaryDirectory(prefix="linecite-soffice-",
+                                     ignore_cleanup_errors=True) as tmp:
         folder = Path(tmp)
         source = folder / f"in{path.suffix.lower()}"  # a plain name: no quoting trouble
         shutil.copyfile(path, source)

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -37,6 +38,13 @@ def no_warm_up():
     os.environ.setdefault("LINECITE_WARM_UP", "0")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_folder_watch():
+    """Servers watch no folders (tests/test_watch.py turns it on): a watcher would queue
+    syncs of its own beside the ones a test starts and counts."""
+    os.environ.setdefault("LINECITE_WATCH", "0")
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared, skipping the calling test when that material is absent."""
     path = SHARED.joinpath(*parts)
@@ -52,6 +60,16 @@ def clean_env(**extra: str) -> dict:
             "LINECITE_HTTP_TOKEN", "LINECITE_ALLOWED_DIRS", "LINECITE_PAUSE_AT",
             "LINECITE_CHROMA_URL")
     return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+
+
+def ingest_cli(*args: str, base: Path) -> dict:
+    """Run ingest.py with `args` under `base`, as a user would, and return its JSON summary."""
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, str(repo / "ingest.py"), *args, "--base-path",
+                           str(base), "--quiet"], capture_output=True, text=True,
+                          encoding="utf-8", env=clean_env(), cwd=repo, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
 
 
 def free_port() -> int:

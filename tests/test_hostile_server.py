@@ -337,7 +337,8 @@ def test_chroma_url_must_be_http(tmp_path):
      "search: search_mode must be one of 'auto', 'bm25', 'vector' or 'exact'."),
     ("search", {"query": "x", "topk": 3},
      "search: search has no argument 'topk'; its arguments are: query, top_k, search_mode, "
-     "kb_id, source, queries, diversity, expand, case_sensitive."),
+     "kb_id, source, queries, diversity, expand, case_sensitive, path, types, modified_after, "
+     "modified_before, language."),
     ("search", {"top_k": 3}, "search: query is required."),
     ("search", {"query": "x", "diversity": 5}, "search: diversity must be at most 1.0."),
     ("search", {"query": "x", "queries": ["y"] * 500},

@@ -709,3 +709,28 @@ def test_install_ps1_modes_and_stop_follow_install_sh():
     assert "Write-ServerState $proc.Id $testPort '127.0.0.1' $testPid" in selftest
     assert "$stoppedCount = Stop-Server $testPort" in selftest
     assert "($stoppedCount -eq 1)" in selftest
+
+
+# ---------------------------------------------------------------------------
+# what the installers install (issue 31)
+
+def requirement(name: str, file: str = "requirements.txt") -> str:
+    """The specifier text of `name` in a requirements file (the part after the name)."""
+    for line in (REPO / file).read_text(encoding="utf-8").splitlines():
+        match = re.match(rf"^{re.escape(name)}\s*([<>=!~][^;#]*)", line.strip(), re.I)
+        if match:
+            return match.group(1).strip()
+    raise AssertionError(f"{file} has no {name}")
+
+
+def test_kiwipiepy_is_bounded_to_versions_that_load_from_a_hangul_path():
+    """kiwipiepy 0.22.0-0.23.1 could not open its model from a Windows path holding Hangul
+    (bab2min/kiwipiepy#221, fixed in 0.23.2); no upper bound let an untested model in."""
+    from packaging.specifiers import SpecifierSet
+
+    allowed = SpecifierSet(requirement("kiwipiepy"))
+    for broken in ("0.22.0", "0.22.2", "0.23.0", "0.23.1"):
+        assert broken not in allowed, broken
+    assert "0.23.2" in allowed and "0.25.0" not in allowed and "1.0" not in allowed
+    pinned = requirement("kiwipiepy", "constraints.txt").lstrip("=")
+    assert pinned in allowed  # the version every install gets is inside the bound

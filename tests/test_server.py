@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
-from conftest import call, clean_env, free_port, stop_process, tool_error
+from conftest import call, clean_env, free_port, ingest_cli, stop_process, tool_error
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
@@ -109,14 +109,6 @@ class Corpus:
     ko: str  # source names as the CLI named them
     zh: str
     en: str
-
-
-def ingest_cli(*args: str, base: Path) -> dict:
-    proc = subprocess.run([PY, str(REPO / "ingest.py"), *args, "--base-path", str(base),
-                           "--quiet"], capture_output=True, text=True, encoding="utf-8",
-                          env=clean_env(), cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="module")

@@ -420,3 +420,50 @@ def test_status_written_while_a_reader_holds_the_file(tmp_path):
     threading.Timer(0.3, handle.close).start()
     run_status.update_status(tmp_path, status="running")
     assert run_status.read_status(tmp_path)["status"] == "running"
+
+
+# ---------------------------------------------------------------------------
+# LibreOffice's temp folder (issue 31): a file soffice.bin still holds when it is deleted
+
+def test_a_conversion_whose_temp_folder_cannot_be_deleted_still_succeeds(tmp_path, monkeypatch):
+    """Regression (issue 31): a soffice.bin outliving its conversion holds a file in the temp
+    folder on Windows; deleting the folder then failed and turned a good conversion into a
+    parser error. Here the delete of that file is refused the way Windows refuses it."""
+    docx = pytest.importorskip("docx")
+    from formats import legacy, office
+
+    made = docx.Document()
+    made.add_paragraph("The harbour crane inspection is due on Tuesday.")
+    converted = tmp_path / "converted.docx"
+    made.save(str(converted))
+    folders: list[Path] = []
+
+    def fake_soffice(command: list[str], path: Path) -> None:  # what LibreOffice leaves behind
+        out = Path(command[command.index("--outdir") + 1])
+        out.mkdir()
+        (out / "in.docx").write_bytes(converted.read_bytes())
+        (out.parent / "profile").mkdir()
+        (out.parent / "profile" / "held.lock").write_text("soffice.bin", encoding="utf-8")
+        folders.append(out.parent)
+
+    real_unlink = os.unlink
+
+    def held_unlink(name, *args, **kwargs):
+        if str(name).endswith("held.lock"):
+            raise PermissionError(32, "The process cannot access the file because it is being "
+                                      "used by another process", str(name))
+        return real_unlink(name, *args, **kwargs)
+
+    monkeypatch.setattr(legacy, "find_soffice", lambda: "soffice")
+    monkeypatch.setattr(legacy, "_run_bounded", fake_soffice)
+    monkeypatch.setattr(os, "unlink", held_unlink)
+    source = tmp_path / "old.doc"
+    source.write_bytes(b"not read: the conversion stands in for it")
+    result = legacy._converted(source, "Word", ".docx", office.extract_docx, ValueError("x"))
+    monkeypatch.undo()
+    assert result.parser.startswith("soffice+")
+    assert any("harbour crane" in line for page in result.pages for line in page)
+    assert (folders[0] / "profile" / "held.lock").exists()  # the held file was left, not fatal
+    import shutil
+
+    shutil.rmtree(folders[0])
