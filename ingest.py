@@ -438,6 +438,34 @@ class Indexer:
         if self.report:
             self.report(len(files), len(files), "cancelled" if summary.cancelled else "done")
 
+    def index_downloads(self, downloads: list, summary: Summary, force: bool,
+                        should_stop: Callable[[], bool] | None = None) -> None:
+        """Fetch and index remote sources one by one (url_fetch.Refetch, s3_source.Download:
+        each `fetch(folder, limit)` gives (file, mtime, after) with `after(conn)` recording
+        its validators). One that cannot be fetched is reported and its source kept."""
+        for done, item in enumerate(downloads):
+            if should_stop and should_stop():
+                summary.cancelled = True
+                break
+            if self.report:
+                self.report(done, len(downloads), f"fetching {item.name}")
+            with tempfile.TemporaryDirectory(prefix="linecite-get-",
+                                             ignore_cleanup_errors=True) as tmp:
+                try:
+                    file, mtime, after = item.fetch(Path(tmp), self.max_file_bytes)
+                except limits.UserError as err:
+                    summary.skipped.append({"name": item.name, "reason": getattr(
+                        err, "reason", "unreachable"), "detail": f"{err}; its indexed copy "
+                        "(if any) is kept"})
+                    continue
+                src = fulltext.SourceFile(item.name, item.name, paths.file_sha256(file),
+                                          file.stat().st_size, mtime)
+                self.index_fetched(file, src, summary, force)
+                after(self.conn)
+            summary.embedded += self.embed_pending()
+        if self.report and downloads:
+            self.report(len(downloads), len(downloads), "done")
+
     def _partway(self, bar, short: str, done: int, total: int, name: str):
         """The `(share, stage)` callable for the file in hand: its bar postfix and report."""
 
@@ -637,7 +665,7 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     scopes = {scope} if isinstance(scope, str) else set(scope)
     if not scopes or not scopes <= set(kbmod.SCOPES):
         raise ValueError(f"scope must be one of {', '.join(kbmod.SCOPES)}, not {scope!r}")
-    if "full" in scopes and not kb.source_paths:
+    if "full" in scopes and not kb.source_paths and not _has_urls(kb):
         raise kbmod.ConfigError(f"knowledge base {kb.id!r} has no folders to sync; add them to "
                                 f"'sourcePaths' in {kb.folder / 'config.json'}, or index a "
                                 f"file or folder with `python ingest.py PATH --kb {kb.id}`")
@@ -648,13 +676,12 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
         if "full" in scopes:
             plan = folders.plan_sync(indexer.conn, kb, force)
             summary.skipped += plan.skipped
-            for name in plan.deleted:
-                for source in [*fulltext.attachment_names(indexer.conn, name), name]:
-                    fulltext.delete_source(indexer.conn, source)
-                    summary.deleted += 1
+            _delete(indexer, plan.deleted, summary)
             summary.unchanged += plan.unchanged
             indexer.index_all(plan.added + plan.modified, summary, force, should_stop,
                               inside=_kb_folders(kb))
+            _sync_buckets(indexer, kb, summary, force, should_stop)
+            _sync_urls(indexer, kb, summary, force, should_stop)
         summary.embedded += indexer.embed_pending()
 
     # every vector goes for a new embedder, a forced run, or a context scope with no LLM (it
@@ -662,6 +689,55 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     no_llm = contextualize.contextualizer_for(kb.contextualizer) is None
     reset = "embedding" in scopes or force or ("contextualization" in scopes and no_llm)
     return _run(kb, work, progress, report, reset_embeddings=reset, run=run)
+
+
+def _delete(indexer: Indexer, names: list[str], summary: Summary) -> None:
+    """Drop sources whose file or object is gone, with a mail's attachments."""
+    for name in names:
+        for source in [*fulltext.attachment_names(indexer.conn, name), name]:
+            fulltext.delete_source(indexer.conn, source)
+            summary.deleted += 1
+
+
+def _sync_buckets(indexer: Indexer, kb: kbmod.KnowledgeBase, summary: Summary, force: bool,
+                  should_stop: Callable[[], bool] | None) -> None:
+    """Bring the KB's `s3://` sourcePaths in: s3_source.plan lists them (a prefix that cannot
+    be listed is reported and its sources kept), then gone objects are deleted and new or
+    changed ones fetched and indexed."""
+    import s3_source
+
+    plan = s3_source.plan(indexer.conn, kb, force)
+    summary.skipped += plan.skipped
+    summary.unchanged += plan.unchanged
+    _delete(indexer, plan.deleted, summary)
+    indexer.index_downloads(plan.added + plan.modified, summary, force, should_stop)
+
+
+def _sync_urls(indexer: Indexer, kb: kbmod.KnowledgeBase, summary: Summary, force: bool,
+               should_stop: Callable[[], bool] | None) -> None:
+    """Re-check the KB's URL sources (url_fetch.recheck: conditional requests) and fetch the
+    changed ones again; one that does not answer is reported under `skipped` and kept."""
+    import url_fetch
+
+    plan = url_fetch.recheck(url_fetch.url_sources(indexer.conn),
+                             url_fetch.private_allowed(kb.urls))
+    summary.skipped += plan.skipped
+    summary.unchanged += plan.unchanged
+    indexer.index_downloads(plan.to_fetch, summary, force, should_stop)
+
+
+def _has_urls(kb: kbmod.KnowledgeBase) -> bool:
+    """Whether the KB holds sources made by ingest_url (then `full` syncs them, folders or
+    not)."""
+    import url_fetch
+
+    if not kb.fulltext_path.exists():
+        return False
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return bool(url_fetch.url_sources(conn))
+    finally:
+        conn.close()
 
 
 def _kb_folders(kb: kbmod.KnowledgeBase) -> list[Path]:

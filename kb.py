@@ -436,9 +436,6 @@ def _validate_s3(data: dict, path: Path) -> None:
         if not S3_PATH.match(bucket):
             raise ConfigError(f"{path}: sourcePaths entry {bucket!r} is not s3://bucket/prefix "
                               "(a bucket name of 3-63 lower-case letters, digits, '.' or '-')")
-    if buckets:  # the s3 block is checked ahead of s3_source.py, which is not built yet
-        raise ConfigError(f"{path}: sourcePaths entry {buckets[0]!r}: buckets are not synced "
-                          "yet (issue 33); copy the objects to a folder and list that folder")
     if buckets and not block:
         raise ConfigError(f"{path}: sourcePaths holds {buckets[0]!r} but there is no 's3' block; "
                           'add "s3": {"endpoint": ..., "accessKeyEnv": ..., "secretKeyEnv": ...}')

@@ -621,22 +621,40 @@ class Library:
 
     def check_changes(self, kb_id: str | None) -> dict:
         import folders
+        import s3_source
+        import url_fetch
 
         kb_id = self.resolve(kb_id)
         kb = kbmod.load(self.base, kb_id)
-        if not kb.source_paths:
+        urls: list[tuple[str, dict]] = []
+        if not kb.source_paths and kb.fulltext_path.exists():
+            with self.reading(kb_id) as entry:
+                urls = url_fetch.url_sources(entry.conn)
+        if not kb.source_paths and not urls:
             raise UserError(f"knowledge base {kb_id!r} has no folders to watch; add them to "
                             f"'sourcePaths' in {kb.folder / 'config.json'}")
         if not kb.fulltext_path.exists():
             conn = fulltext.connect(Path(":memory:"))
             try:
                 plan = folders.plan_sync(conn, kb)
+                buckets = s3_source.plan(conn, kb).to_json()
             finally:
                 conn.close()
         else:
             with self.reading(kb_id) as entry:
                 plan = folders.plan_sync(entry.conn, kb)
-        return {"kb_id": kb_id, **capped_lists(plan.to_json()),
+                urls = url_fetch.url_sources(entry.conn)
+                buckets = s3_source.plan(entry.conn, kb).to_json()  # lists; reads no object
+        changes = plan.to_json()
+        for key, value in buckets.items():
+            changes[key] += value
+        if urls:  # each asked whether it changed (a conditional HEAD), within a time budget
+            found = url_fetch.recheck(urls, url_fetch.private_allowed(kb.urls),
+                                      url_fetch.CHECK_BUDGET)
+            changes["modified"] += found.changed
+            changes["unchanged"] += found.unchanged
+            changes["skipped"] += found.skipped + found.untold()
+        return {"kb_id": kb_id, **capped_lists(changes),
                 "next": "start_reindex(kb_id) applies these changes"}
 
     # -- helpers -------------------------------------------------------------------

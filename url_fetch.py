@@ -35,7 +35,8 @@ import threading
 import time
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor, TimeoutError, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
@@ -432,22 +433,104 @@ def changed(url: str, validators: dict, allow_private: bool,
             seconds: float = CHECK_SECONDS) -> bool | None:
     """Whether the page at `url` changed since `validators` were recorded, by a conditional
     HEAD (If-None-Match / If-Modified-Since: 304 means unchanged, else the new validators are
-    compared); None when it cannot be told (no validators, or no answer)."""
+    compared); None when it cannot be told without fetching it (no validators were given).
+    Raises FetchError when there is no answer, or one that is neither 200 nor 304."""
     asked = {k: v for k, v in (("If-None-Match", validators.get("etag")),
                                ("If-Modified-Since", validators.get("lastModified"))) if v}
     if not asked:
         return None
     deadline = time.monotonic() + seconds
-    try:
-        with _pool(allow_private, deadline) as pool:
-            stream, response, _final = _open(pool, url, "HEAD", deadline, asked)
-            stream.__exit__(None, None, None)
-    except FetchError:
-        return None
+    with _pool(allow_private, deadline) as pool:
+        stream, response, _final = _open(pool, url, "HEAD", deadline, asked)
+        stream.__exit__(None, None, None)
     if response.status == 304:
         return False
     if response.status != 200:
-        return None
+        raise FetchError("http-error", f"{url} answered HTTP {response.status}; its indexed "
+                                       "copy is kept")
     now = {"etag": _header(response, b"etag"),
            "lastModified": _header(response, b"last-modified")}
     return any(validators.get(k) and now[k] != validators[k] for k in now)
+
+
+# -- re-checking the URLs a KB holds (check_changes, sync) ----------------------------
+CHECK_THREADS = 8  # URLs checked at once
+CHECK_BUDGET = 30.0  # seconds check_changes spends on URLs in all; the rest are "not-checked"
+
+
+@dataclass
+class Refetch:
+    """A URL source to fetch again (ingest.py's sync indexes what `fetch` returns)."""
+
+    name: str
+    allow_private: bool
+
+    def fetch(self, folder: Path, limit: int) -> tuple[Path, float, Callable]:
+        """(file, mtime, what to record after indexing it): the validators for next time."""
+        got = fetch(self.name, folder, limit, self.allow_private)
+        return got.file, time.time(), lambda conn: save_validators(conn, self.name,
+                                                                   got.validators)
+
+
+@dataclass
+class Recheck:
+    """What re-checking a KB's URL sources found; `to_fetch` holds the changed ones and
+    those without validators (only their bytes can tell: SHA-256 decides)."""
+
+    to_fetch: list[Refetch] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    skipped: list[dict] = field(default_factory=list)  # unreachable or not checked: kept
+
+    def untold(self) -> list[dict]:
+        """check_changes' entries for the URLs only a fetch can tell about."""
+        return [{"name": r.name, "reason": "no-validators", "detail": (
+                    f"{r.name} sent no ETag or Last-Modified, so only fetching it again tells "
+                    "whether it changed; start_reindex does")}
+                for r in self.to_fetch if r.name not in self.changed]
+
+
+def url_sources(conn) -> list[tuple[str, dict]]:
+    """(name, validators) of each source made by ingest_url: named by its http(s) URL,
+    which is also its recorded path."""
+    return [(s["name"], saved_validators(conn, s["name"])) for s in fulltext.list_sources(
+        conn, where="WHERE s.path = s.name AND (s.name LIKE 'http://%' OR s.name LIKE "
+                    "'https://%')")]
+
+
+def recheck(sources: list[tuple[str, dict]], allow_private: bool,
+            budget: float | None = None) -> Recheck:
+    """Ask each URL whether it changed (`changed`, CHECK_THREADS at a time, each within
+    CHECK_SECONDS; `budget`: seconds in all, after which the rest are reported unchecked).
+    A URL that does not answer is reported and its source kept: never taken as deleted."""
+    plan = Recheck()
+    end = None if budget is None else time.monotonic() + budget
+    pool = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="linecite-url-check")
+    futures = {pool.submit(changed, name, saved, allow_private): name for name, saved in sources}
+    try:
+        for future in as_completed(futures, None if end is None else end - time.monotonic()):
+            _record(plan, futures.pop(future), future, allow_private)
+    except TimeoutError:  # concurrent.futures' own on 3.10, the builtin from 3.11
+        pass
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    for name in futures.values():
+        plan.skipped.append({"name": name, "reason": "not-checked", "detail": (
+            f"{name} was not checked within {budget:.0f} s (too many URLs); a sync checks "
+            "every one")})
+    return plan
+
+
+def _record(plan: Recheck, name: str, future, allow_private: bool) -> None:
+    try:
+        verdict = future.result()
+    except FetchError as err:
+        plan.skipped.append({"name": name, "reason": err.reason, "detail": (
+            f"{err}; the source is kept as indexed")})
+        return
+    if verdict is False:
+        plan.unchanged += 1
+        return
+    if verdict:
+        plan.changed.append(name)
+    plan.to_fetch.append(Refetch(name, allow_private))

@@ -20,6 +20,7 @@ import pytest
 import fulltext
 import ingest
 import kb as kbmod
+import library
 import url_fetch
 from tests.conftest import clean_env, shared_path
 
@@ -70,17 +71,26 @@ def _handler(site: Site):
     return Handler
 
 
-@pytest.fixture
-def site():
+def start_site() -> tuple[Site, ThreadingHTTPServer]:
     site = Site()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(site))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     site.base = f"http://127.0.0.1:{server.server_address[1]}"
-    yield site
+    return site, server
+
+
+def stop_site(server: ThreadingHTTPServer) -> None:
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def site():
+    site, server = start_site()
+    yield site
+    stop_site(server)
 
 
 @pytest.fixture(autouse=True)
@@ -187,6 +197,36 @@ def test_check_compares_etags_with_a_conditional_request(site, tmp_path):
     assert site.requests[-1][2]["If-None-Match"] == '"a"'
     site.routes["/spec"] = (200, {"Content-Type": "text/html", "ETag": '"b"'}, b"<p>new</p>")
     assert url_fetch.changed(url, saved, allow_private=True) is True
+
+
+def test_sync_fetches_changed_urls_again_and_keeps_one_that_is_down(site, tmp_path):
+    """check_changes names the URL whose ETag moved; a sync fetches only that one again
+    (the other answers 304 to its HEAD), and a URL whose server is gone is reported with
+    its source kept, never deleted."""
+    kb = make_kb(tmp_path)
+    html = {"Content-Type": "text/html"}
+    site.routes["/a"] = (200, {**html, "ETag": '"1"'}, b"<p>first draft</p>")
+    site.routes["/b"] = (200, {**html, "ETag": '"x"'}, b"<p>steady page</p>")
+    gone_site, gone_server = start_site()
+    gone_site.routes["/c"] = (200, {**html, "ETag": '"c"'}, b"<p>soon offline</p>")
+    a, b, c = site.base + "/a", site.base + "/b", gone_site.base + "/c"
+    for url in (a, b, c):
+        ingest.ingest_url(kb, url)
+    stop_site(gone_server)
+    site.routes["/a"] = (200, {**html, "ETag": '"2"'}, b"<p>second draft</p>")
+    changes = library.Library(kb.folder.parent).check_changes("web")
+    assert changes["modified"] == [a] and changes["unchanged"] == 1
+    assert [(e["name"], e["reason"]) for e in changes["skipped"]] == [(c, "unreachable")]
+    site.requests.clear()
+    summary = ingest.sync(kb)
+    assert lines_of(kb, a) == ["second draft"]
+    assert [r[:2] for r in site.requests if r[1] == "/b"] == [("HEAD", "/b")]
+    assert (summary.indexed, summary.deleted) == (1, 0)
+    assert [(e["name"], e["reason"]) for e in summary.skipped] == [(c, "unreachable")]
+    assert lines_of(kb, c) == ["soon offline"]
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    assert url_fetch.saved_validators(conn, a)["etag"] == '"2"'
+    conn.close()
 
 
 # ---------------------------------------------------------------------------
