@@ -74,6 +74,7 @@ class Summary:
     following: str | None = None  # a folder this run added to the KB's sourcePaths
 
 
+URL_SCHEMES = ("http://", "https://")  # a source made by ingest_url is named by its URL
 Report = Callable[[int, int, str], None]  # (done, total, message): MCP progress notifications
 
 
@@ -752,9 +753,11 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
     The old fulltext.sqlite3 (with its -wal and -shm) and the embedded chroma/ folder are
     moved aside as `<name>.damaged-<time>`, never deleted; a Chroma server's collection is
     dropped. Every file the old index still names and that can be read is indexed again under
-    its old name, then the KB's sourcePaths are synced. Files that are gone are `skipped`.
+    its old name, then the KB's sourcePaths are synced (buckets listed again) and its URLs
+    fetched again. Files that are gone are `skipped`.
     """
     import chroma_store
+    import url_fetch
 
     with PidLock(kb.folder / run_status.WRITER_LOCK, f"rebuild of KB {kb.id!r}"):
         known, unread = _indexed_paths(kb.fulltext_path)
@@ -765,7 +768,9 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
             store.reset()
             store.close()
     attachments = folders.attachment_sources(known)  # rebuilt with their mail
-    known = [(name, path) for name, path in known if name not in attachments]
+    urls = [name for name, path in known if name == path and name.startswith(URL_SCHEMES)]
+    remote = {*urls, *(name for name, _path in known if name.startswith(kbmod.S3_SCHEME))}
+    known = [(name, path) for name, path in known if name not in attachments | remote]
     files = [(Path(path), name) for name, path in known if Path(path).is_file()]
     gone = [{"path": path, "name": name, "reason": "not-found",
              "detail": f"{path} is gone, so source {name!r} was not rebuilt"}
@@ -785,6 +790,8 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
             summary.skipped += plan.skipped
             indexer.index_all(plan.added + plan.modified, summary, force=True,
                               inside=_kb_folders(kb))
+        _sync_buckets(indexer, kb, summary, True, None)  # buckets listed again, URLs fetched
+        indexer.index_downloads(url_fetch.refetches(urls, kb.urls), summary, True)
 
     return _run(kb, work, progress, None, run=run)
 

@@ -182,9 +182,9 @@ def _too_large(name: str, limit: int) -> str:
 
 
 def _file_name(key: str) -> str:
-    """A local file name keeping the key's last part (the extractors go by its suffix)."""
-    name = re.sub(r"[^\w.\-]", "_", PurePosixPath(key).name)[-120:].lstrip(".")
-    return name or "object"
+    """A local file name keeping the key's last part (the extractors go by its suffix);
+    `object-` first, so no key becomes a Windows device name (`con.txt`)."""
+    return "object-" + re.sub(r"[^\w.\-]", "_", PurePosixPath(key).name)[-120:]
 
 
 @dataclass
@@ -228,10 +228,8 @@ def plan(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> BucketPlan:
         for obj in objects:
             _compare(result, conn, indexed, Download(source_name(bucket, obj.key), bucket, obj,
                                                      s3, kb.s3), force, seen)
-    for path in kb.bucket_paths:
-        root = source_name(*split(path))
-        result.deleted += [n for n in indexed if n.startswith(root) and n not in seen
-                           and n not in result.deleted]
+    roots = tuple(source_name(*split(path)) for path in kb.bucket_paths)
+    result.deleted = [n for n in indexed if n.startswith(roots) and n not in seen]
     return result
 
 

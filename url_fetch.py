@@ -490,6 +490,12 @@ class Recheck:
                 for r in self.to_fetch if r.name not in self.changed]
 
 
+def refetches(names: list[str], urls_block: dict) -> list[Refetch]:
+    """The URL sources `names` to fetch again under the KB's `urls` block."""
+    allow = private_allowed(urls_block)
+    return [Refetch(name, allow) for name in names]
+
+
 def url_sources(conn) -> list[tuple[str, dict]]:
     """(name, validators) of each source made by ingest_url: named by its http(s) URL,
     which is also its recorded path."""

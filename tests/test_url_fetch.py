@@ -227,6 +227,9 @@ def test_sync_fetches_changed_urls_again_and_keeps_one_that_is_down(site, tmp_pa
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     assert url_fetch.saved_validators(conn, a)["etag"] == '"2"'
     conn.close()
+    rebuilt = ingest.rebuild(kb)  # a damaged index's rebuild fetches its URLs again
+    assert lines_of(kb, a) == ["second draft"] and lines_of(kb, b) == ["steady page"]
+    assert [(e["name"], e["reason"]) for e in rebuilt.skipped] == [(c, "unreachable")]
 
 
 # ---------------------------------------------------------------------------
