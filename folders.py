@@ -47,8 +47,9 @@ def same_stat(row, stat: os.stat_result) -> bool:
 
 
 def kb_folders(kb: kbmod.KnowledgeBase) -> list[Path]:
-    """The KB's sourcePaths, resolved, in their order (the order their names depend on)."""
-    return [Path(p).expanduser().resolve() for p in kb.source_paths]
+    """The KB's folders (sourcePaths that are not buckets), resolved, in their order (the order
+    their names depend on)."""
+    return [Path(p).expanduser().resolve() for p in kb.folder_paths]
 
 
 class Naming:

@@ -97,6 +97,7 @@ class Summary:
         return EXIT_SOME_FILES if self.failed or self.needs_action else EXIT_OK
 
 
+URL_SCHEMES = ("http://", "https://")  # a source made by ingest_url is named by its URL
 Report = Callable[[int, int, str], None]  # (done, total, message): MCP progress notifications
 
 
@@ -345,6 +346,25 @@ class Indexer:
         self._commit(src, path, doc, summary)  # the mail last: a crash before it re-reads it
         _pause_point("after-commit")
 
+    def index_fetched(self, file: Path, src: fulltext.SourceFile, summary: Summary,
+                      force: bool = False) -> None:
+        """Index a downloaded page or object (url_fetch, s3_source) as source `src.name`:
+        `file` is a private copy already within the size bound, `src.sha256` its SHA-256, so
+        the same bytes as indexed are unchanged (the row gets the new size and date)."""
+        summary.sources += 1
+        row = fulltext.source_row(self.conn, src.name)
+        if (not force and row is not None and row["state"] not in folders.RETRY_STATES
+                and row["sha256"] == src.sha256):
+            fulltext.touch_source(self.conn, src.name, src.size, src.mtime)
+            summary.unchanged += 1
+            return
+        doc = self._extract(file, src, summary)
+        if doc is None:
+            return
+        if doc.attachments or fulltext.attachment_names(self.conn, src.name):
+            self._index_attachments(src, doc.attachments, summary, force)
+        self._commit(src, file, doc, summary)
+
     def _extract(self, path: Path, src: fulltext.SourceFile, summary: Summary):
         """The file's pages, or None once its failure is recorded."""
         import extract
@@ -454,6 +474,34 @@ class Indexer:
             summary.embedded += self.embed_pending()
         if self.report:
             self.report(len(files), len(files), "cancelled" if summary.cancelled else "done")
+
+    def index_downloads(self, downloads: list, summary: Summary, force: bool,
+                        should_stop: Callable[[], bool] | None = None) -> None:
+        """Fetch and index remote sources one by one (url_fetch.Refetch, s3_source.Download:
+        each `fetch(folder, limit)` gives (file, mtime, after) with `after(conn)` recording
+        its validators). One that cannot be fetched is reported and its source kept."""
+        for done, item in enumerate(downloads):
+            if should_stop and should_stop():
+                summary.cancelled = True
+                break
+            if self.report:
+                self.report(done, len(downloads), f"fetching {item.name}")
+            with tempfile.TemporaryDirectory(prefix="linecite-get-",
+                                             ignore_cleanup_errors=True) as tmp:
+                try:
+                    file, mtime, after = item.fetch(Path(tmp), self.max_file_bytes)
+                except limits.UserError as err:
+                    summary.skipped.append({"name": item.name, "reason": getattr(
+                        err, "reason", "unreachable"), "detail": f"{err}; its indexed copy "
+                        "(if any) is kept"})
+                    continue
+                src = fulltext.SourceFile(item.name, item.name, paths.file_sha256(file),
+                                          file.stat().st_size, mtime)
+                self.index_fetched(file, src, summary, force)
+                after(self.conn)
+            summary.embedded += self.embed_pending()
+        if self.report and downloads:
+            self.report(len(downloads), len(downloads), "done")
 
     def _partway(self, bar, short: str, done: int, total: int, name: str):
         """The `(share, stage)` callable for the file in hand: its bar postfix and report."""
@@ -596,6 +644,30 @@ def _refuse_renamed_by_sync(naming: folders.Naming, files: list[tuple[Path, str]
                 "out the source name, or index a copy kept outside the followed folders")
 
 
+def ingest_url(kb: kbmod.KnowledgeBase, url: str, force: bool = False, progress: bool = False,
+               report: Report | None = None,
+               run: run_status.RunStatus | None = None) -> Summary:
+    """Fetch one web page or document (url_fetch.py: size, time and redirect bounds, no
+    private or metadata address unless the KB allows private ones) and index it as the
+    source named by its normalised URL; fetching it again replaces it. The fetch runs before
+    the KB's writer lock is taken; a refused or failed fetch raises url_fetch.FetchError (a
+    ValueError) and changes nothing."""
+    import url_fetch
+
+    with tempfile.TemporaryDirectory(prefix="linecite-url-", ignore_cleanup_errors=True) as tmp:
+        got = url_fetch.fetch(url, Path(tmp), _max_file_bytes(),
+                              url_fetch.private_allowed(kb.urls))
+        src = fulltext.SourceFile(got.url, got.url, paths.file_sha256(got.file), got.size,
+                                  time.time())
+
+        def work(indexer: Indexer, summary: Summary) -> None:
+            indexer.index_fetched(got.file, src, summary, force)
+            url_fetch.save_validators(indexer.conn, got.url, got.validators)
+            summary.embedded += indexer.embed_pending()
+
+        return _run(kb, work, progress, report, run=run)
+
+
 def _refuse_taken_names(kb: kbmod.KnowledgeBase, files: list[tuple[Path, str]]) -> None:
     """A name whose source is another file that still exists would silently replace it (an
     agent's `ingest_file(source_name="notes.txt")` overwrote the user's notes). Re-indexing the
@@ -646,7 +718,7 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     scopes = {scope} if isinstance(scope, str) else set(scope)
     if not scopes or not scopes <= set(kbmod.SCOPES):
         raise ValueError(f"scope must be one of {', '.join(kbmod.SCOPES)}, not {scope!r}")
-    if "full" in scopes and not kb.source_paths:
+    if "full" in scopes and not kb.source_paths and not _has_urls(kb):
         raise kbmod.ConfigError(f"knowledge base {kb.id!r} has no folders to sync; add them to "
                                 f"'sourcePaths' in {kb.folder / 'config.json'}, or index a "
                                 f"file or folder with `python ingest.py PATH --kb {kb.id}`")
@@ -657,14 +729,13 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
         if "full" in scopes:
             plan = folders.plan_sync(indexer.conn, kb, force)
             summary.skipped += plan.skipped
-            for name in plan.deleted:
-                for source in [*fulltext.attachment_names(indexer.conn, name), name]:
-                    fulltext.delete_source(indexer.conn, source)
-                    summary.deleted += 1
+            _delete(indexer, plan.deleted, summary)
             summary.sources += plan.unchanged
             summary.unchanged += plan.unchanged
             indexer.index_all(plan.added + plan.modified + plan.retried, summary, force,
                               should_stop, inside=folders.kb_folders(kb))
+            _sync_buckets(indexer, kb, summary, force, should_stop)
+            _sync_urls(indexer, kb, summary, force, should_stop)
         summary.embedded += indexer.embed_pending()
 
     # every vector goes for a new embedder, a forced run, or a context scope with no LLM (it
@@ -674,6 +745,57 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     return _run(kb, work, progress, report, reset_embeddings=reset, run=run)
 
 
+def _delete(indexer: Indexer, names: list[str], summary: Summary) -> None:
+    """Drop sources whose file or object is gone, with a mail's attachments."""
+    for name in names:
+        for source in [*fulltext.attachment_names(indexer.conn, name), name]:
+            fulltext.delete_source(indexer.conn, source)
+            summary.deleted += 1
+
+
+def _sync_buckets(indexer: Indexer, kb: kbmod.KnowledgeBase, summary: Summary, force: bool,
+                  should_stop: Callable[[], bool] | None) -> None:
+    """Bring the KB's `s3://` sourcePaths in: s3_source.plan lists them (a prefix that cannot
+    be listed is reported and its sources kept), then gone objects are deleted and new or
+    changed ones fetched and indexed."""
+    import s3_source
+
+    plan = s3_source.plan(indexer.conn, kb, force)
+    summary.skipped += plan.skipped
+    summary.sources += plan.unchanged
+    summary.unchanged += plan.unchanged
+    _delete(indexer, plan.deleted, summary)
+    indexer.index_downloads(plan.added + plan.modified, summary, force, should_stop)
+
+
+def _sync_urls(indexer: Indexer, kb: kbmod.KnowledgeBase, summary: Summary, force: bool,
+               should_stop: Callable[[], bool] | None) -> None:
+    """Re-check the KB's URL sources (url_fetch.recheck: conditional requests) and fetch the
+    changed ones again; one that does not answer is reported under `skipped` and kept."""
+    import url_fetch
+
+    plan = url_fetch.recheck(url_fetch.url_sources(indexer.conn),
+                             url_fetch.private_allowed(kb.urls))
+    summary.skipped += plan.skipped
+    summary.sources += plan.unchanged
+    summary.unchanged += plan.unchanged
+    indexer.index_downloads(plan.to_fetch, summary, force, should_stop)
+
+
+def _has_urls(kb: kbmod.KnowledgeBase) -> bool:
+    """Whether the KB holds sources made by ingest_url (then `full` syncs them, folders or
+    not)."""
+    import url_fetch
+
+    if not kb.fulltext_path.exists():
+        return False
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return bool(url_fetch.url_sources(conn))
+    finally:
+        conn.close()
+
+
 def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
             run: run_status.RunStatus | None = None) -> Summary:
     """Rebuild both stores of a KB from its source files, for an index that is damaged.
@@ -681,7 +803,8 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
     The old fulltext.sqlite3 (with its -wal and -shm) and the embedded chroma/ folder are
     moved aside as `<name>.damaged-<time>`, never deleted; a Chroma server's collection is
     dropped. Every file the old index still names and that can be read is indexed again under
-    its old name, then the KB's sourcePaths are synced. Files that are gone are `skipped`.
+    its old name, then the KB's sourcePaths are synced (buckets listed again) and its URLs
+    fetched again. Files that are gone are `skipped`.
     The writer lock is held from the first rename to the end: it was once let go between, so
     another writer could index into the half-moved KB. Raises FilesHeld, with every file back
     in place, when a running server holds one open (Windows refuses the rename then).
@@ -709,8 +832,12 @@ def _drop_server_collection(kb: kbmod.KnowledgeBase) -> None:
 def _rebuild_work(kb: kbmod.KnowledgeBase, known: list[tuple[str, str]], unread: str | None,
                   stamp: str) -> Callable[[Indexer, Summary], None]:
     """The rebuild's indexing: the files the old index named, then the sourcePaths."""
+    import url_fetch
+
     attachments = folders.attachment_sources(known)  # rebuilt with their mail
-    known = [(name, path) for name, path in known if name not in attachments]
+    urls = [name for name, path in known if name == path and name.startswith(URL_SCHEMES)]
+    remote = {*urls, *(name for name, _path in known if name.startswith(kbmod.S3_SCHEME))}
+    known = [(name, path) for name, path in known if name not in attachments | remote]
     files = [(Path(path), name) for name, path in known if Path(path).is_file()]
     gone = [{"path": path, "name": name, "reason": "not-found",
              "detail": f"{path} is gone, so source {name!r} was not rebuilt"}
@@ -730,6 +857,8 @@ def _rebuild_work(kb: kbmod.KnowledgeBase, known: list[tuple[str, str]], unread:
             summary.skipped += plan.skipped
             indexer.index_all(plan.added + plan.modified + plan.retried, summary, force=True,
                               inside=folders.kb_folders(kb))
+        _sync_buckets(indexer, kb, summary, True, None)  # buckets listed again, URLs fetched
+        indexer.index_downloads(url_fetch.refetches(urls, kb.urls), summary, True)
 
     return work
 
@@ -833,8 +962,9 @@ def main(argv: list[str] | None = None) -> int:
         return ocr.smoke(Path(argv[1]))
     parser = argparse.ArgumentParser(
         description="Index files into a linecite knowledge base (JSON summary on stdout).")
-    parser.add_argument("path", type=Path, nargs="?",
-                        help="a file or a folder to index (default: sync the KB's sourcePaths)")
+    parser.add_argument("path", nargs="?",
+                        help="a file, a folder or an http(s) URL to index (default: sync the "
+                             "KB's sourcePaths)")
     parser.add_argument("source_name", nargs="?",
                         help="the name agents cite for this file (default: its file name)")
     parser.add_argument("--kb", default=kbmod.DEFAULT_KB,
@@ -851,11 +981,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     # PowerShell 5.1 and cmd pass "~" through unexpanded
-    args.path = args.path.expanduser() if args.path is not None else None
+    url = args.path if args.path and args.path.startswith(("http://", "https://")) else None
+    args.path = Path(args.path).expanduser() if args.path is not None and not url else None
     args.base_path = args.base_path.expanduser() if args.base_path is not None else None
     if args.source_name and (args.path is None or args.path.is_dir()):
         parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
-    if args.rebuild and args.path is not None:
+    if args.rebuild and (args.path is not None or url):
         parser.error("--rebuild takes no PATH: it re-indexes the files the KB already knows")
     base = args.base_path or paths.default_base_path()
     if args.rebuild and args.kb not in kbmod.list_ids(base):
@@ -866,6 +997,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.rebuild:
             summary = rebuild(kbmod.load(base, args.kb), progress=not args.quiet, run=run)
+        elif url is not None:
+            summary = ingest_url(kbmod.open_or_create(base, args.kb), url, force=args.force,
+                                 progress=not args.quiet, run=run)
         elif args.path is None:
             summary = sync(kbmod.open_or_create(base, args.kb), "full", force=args.force,
                            progress=not args.quiet, run=run)

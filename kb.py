@@ -42,6 +42,7 @@ PRUNING_PREFIX = ".pruning-"  # a KB folder renamed aside before it is deleted
 PRUNE_TRIES = 5  # rmtree attempts (with backoff) on a folder Windows still holds
 MAX_TEXT_EXTENSIONS = 100  # suffixes one KB's textExtensions may list
 TEXT_EXTENSION = re.compile(r"\.[A-Za-z0-9_+~-]{1,16}")  # ".adoc": a dot, then no dot
+S3_SCHEME = "s3://"  # a sourcePaths entry that is a bucket prefix
 # ---------------------------------------------------------------------------
 
 
@@ -63,6 +64,18 @@ class KnowledgeBase:
     text_extensions: list[str] = field(default_factory=list)  # lower case; read as plain text
     respect_gitignore: bool = True  # folder sync honours .gitignore files (ignores.py)
     watch: bool | str = True  # a running server keeps the folders current (watcher.py)
+    urls: dict = field(default_factory=dict)  # the validated `urls` block (url_fetch.py)
+    s3: dict = field(default_factory=dict)  # the validated `s3` block (s3_source.py)
+
+    @property
+    def folder_paths(self) -> list[str]:
+        """The sourcePaths that are folders on disk (not `s3://` buckets)."""
+        return [p for p in self.source_paths if not p.startswith(S3_SCHEME)]
+
+    @property
+    def bucket_paths(self) -> list[str]:
+        """The sourcePaths that are `s3://bucket/prefix` buckets, synced by s3_source.py."""
+        return [p for p in self.source_paths if p.startswith(S3_SCHEME)]
 
     @property
     def fulltext_path(self) -> Path:
@@ -83,6 +96,7 @@ class KnowledgeBase:
             data["respectGitignore"] = False
         if self.watch is not True:
             data["watch"] = self.watch
+        data.update({k: v for k, v in (("urls", self.urls), ("s3", self.s3)) if v})
         return data
 
 
@@ -135,7 +149,8 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
                          rerank=data.get("rerank") or {},
                          text_extensions=[e.lower() for e in data.get("textExtensions") or []],
                          respect_gitignore=data.get("respectGitignore") is not False,
-                         watch=data.get("watch", True))
+                         watch=data.get("watch", True),
+                         urls=data.get("urls") or {}, s3=data.get("s3") or {})
 
 
 def search_settings(kb: KnowledgeBase) -> dict:
@@ -178,6 +193,8 @@ BLOCK_FIELDS = {  # field -> (type, what it should look like)
     "rerank": (dict, '{"provider": "none"}'),
     "textExtensions": (list, '[".adoc", ".rst"]'),
     "respectGitignore": (bool, "true or false"),
+    "urls": (dict, '{"allowPrivate": false}'),
+    "s3": (dict, '{"endpoint": "https://s3.example.com", "accessKeyEnv": "S3_ACCESS_KEY"}'),
 }
 
 
@@ -199,6 +216,8 @@ def _validate(data: dict, kb_id: str, path: Path) -> None:
     _validate_query_expansion(data.get("queryExpansion") or {}, path)
     _validate_rerank(data.get("rerank") or {}, path)
     _validate_text_extensions(data.get("textExtensions") or [], path)
+    _validate_urls(data.get("urls") or {}, path)
+    _validate_s3(data, path)
     if data.get("watch", True) not in WATCH_VALUES:
         raise ConfigError(f"{path}: field 'watch' must be true (watch the folders while a "
                           "server runs), false (only start_reindex or ingest.py syncs them) or "
@@ -384,6 +403,56 @@ def _validate_text_extensions(suffixes: list, path: Path) -> None:
                               f"'-'), not {suffix!r}")
 
 
+URLS_FIELDS = {"allowPrivate": (bool, "true or false")}
+S3_FIELDS = {  # the `s3` block: keys only from the environment, as for providers
+    "endpoint": (str, '"https://s3.example.com" or "http://127.0.0.1:9000"'),
+    "region": (str, '"us-east-1"'),
+    "accessKeyEnv": (str, "the name of the variable holding the access key id"),
+    "secretKeyEnv": (str, "the name of the variable holding the secret key"),
+    "keyPreset": (str, '"aws" or "minio"'),
+    "pathStyle": (bool, "true (bucket in the path: MinIO, Ceph) or false (bucket in the host)"),
+    "verifyTls": (bool, "true or false"),
+}
+S3_KEY_PRESETS = {  # keyPreset -> (access key variable, secret key variable)
+    "aws": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+    "minio": ("MINIO_ACCESS_KEY", "MINIO_SECRET_KEY"),
+}
+S3_PATH = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\x00-\x1f]*)?$")
+
+
+def _validate_urls(block: dict, path: Path) -> None:
+    """The `urls` block: only `allowPrivate`, a boolean."""
+    _check_fields("urls", block, URLS_FIELDS, path)
+
+
+def _validate_s3(data: dict, path: Path) -> None:
+    """The `s3` block and the `s3://bucket/prefix` sourcePaths it serves: each such path a
+    valid bucket name, the block present when one is, variable names (never keys) in
+    accessKeyEnv / secretKeyEnv, a known keyPreset, an http(s) endpoint."""
+    block = data.get("s3") or {}
+    _check_fields("s3", block, S3_FIELDS, path)
+    buckets = [p for p in data.get("sourcePaths") or [] if p.startswith(S3_SCHEME)]
+    for bucket in buckets:
+        if not S3_PATH.match(bucket):
+            raise ConfigError(f"{path}: sourcePaths entry {bucket!r} is not s3://bucket/prefix "
+                              "(a bucket name of 3-63 lower-case letters, digits, '.' or '-')")
+    if buckets and not block:
+        raise ConfigError(f"{path}: sourcePaths holds {buckets[0]!r} but there is no 's3' block; "
+                          'add "s3": {"endpoint": ..., "accessKeyEnv": ..., "secretKeyEnv": ...}')
+    for name in ("accessKeyEnv", "secretKeyEnv"):
+        if block.get(name) is not None and not ENV_NAME.match(block[name]):
+            raise ConfigError(f"{path}: field 's3.{name}' must name an environment variable "
+                              "(letters, digits, '_'), not the key itself")
+    preset = block.get("keyPreset")
+    if preset is not None and preset not in S3_KEY_PRESETS:
+        raise ConfigError(f"{path}: field 's3.keyPreset' is {preset!r}; known presets: "
+                          f"{', '.join(S3_KEY_PRESETS)}")
+    endpoint = block.get("endpoint")
+    if endpoint is not None and not re.match(r"^https?://[^/\s]+/?$", endpoint):
+        raise ConfigError(f"{path}: field 's3.endpoint' must look like https://host[:port], "
+                          f"not {endpoint!r}")
+
+
 def check_chroma_url(url: str, where: str) -> None:
     """A Chroma server URL must be http(s)://host[:port]; anything else is refused here, once,
     instead of failing deep inside the client on the first search."""
@@ -419,7 +488,7 @@ def follow(kb: KnowledgeBase, folder: Path) -> bool:
             f"cannot follow {limits.path_text(resolved)}: its name holds bytes that are not "
             "UTF-8, which config.json cannot keep; rename the folder (or index it once with "
             "--once) and try again")
-    known = {os.path.normcase(Path(p).expanduser().resolve()) for p in kb.source_paths}
+    known = {os.path.normcase(Path(p).expanduser().resolve()) for p in kb.folder_paths}
     if os.path.normcase(resolved) in known:
         return False
     path = kb.folder / "config.json"

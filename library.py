@@ -539,17 +539,7 @@ class Library:
 
         check_text(path, "path", limits.MAX_PATH_CHARS)
         limits.check_name(source_name, "source_name")
-        check_kb_arg(kb_id)
-        known = self.kb_ids()
-        if known and kb_id is not None and kb_id not in known:
-            raise UserError(f"unknown kb_id {shown(kb_id)}; known knowledge bases: "
-                            f"{', '.join(known)}. A new knowledge base is created by indexing "
-                            f"into it: `python ingest.py FILE --kb ID`")
-        if known:
-            kb = kbmod.load(self.base, self.resolve(kb_id))
-        else:  # the first file of an empty base creates its KB, as `python ingest.py` does
-            new_id = kbmod.check_kb_id(kb_id or kbmod.DEFAULT_KB, self.base)
-            kb = kbmod.KnowledgeBase(new_id, self.base / new_id, name=new_id)
+        kb = self._kb_to_ingest(kb_id)
         target = allowed_path(path, kb)
         kb = kbmod.open_or_create(self.base, kb.id)
         try:
@@ -558,6 +548,42 @@ class Library:
                                     inside=allowed_folders(kb))  # checked again when opened
         except (LockBusy, ingest.EmbedderUnavailable, ingest.SourceNameTaken) as err:
             raise UserError(str(err)) from None  # wait and retry, or pick another name
+        except sqlite3.DatabaseError as err:
+            if not is_damage(err):
+                raise
+            raise damaged(kb, err) from None
+        return summary.__dict__
+
+    def _kb_to_ingest(self, kb_id: str | None) -> kbmod.KnowledgeBase:
+        """The KB an ingest_file or ingest_url call goes to (not yet created on disk): a
+        known one, or in an empty base the one its first document creates."""
+        check_kb_arg(kb_id)
+        known = self.kb_ids()
+        if known and kb_id is not None and kb_id not in known:
+            raise UserError(f"unknown kb_id {shown(kb_id)}; known knowledge bases: "
+                            f"{', '.join(known)}. A new knowledge base is created by indexing "
+                            f"into it: `python ingest.py FILE --kb ID`")
+        if known:
+            return kbmod.load(self.base, self.resolve(kb_id))
+        # the first file of an empty base creates its KB, as `python ingest.py` does
+        new_id = kbmod.check_kb_id(kb_id or kbmod.DEFAULT_KB, self.base)
+        return kbmod.KnowledgeBase(new_id, self.base / new_id, name=new_id)
+
+    def ingest_url(self, url: str, kb_id: str | None, report=None) -> dict:
+        """Fetch and index one web page or document (ingest.ingest_url: bounded, and no
+        private or metadata address unless the KB allows private ones). A refused URL
+        changes nothing, and creates no KB."""
+        import ingest
+        import url_fetch
+
+        check_text(url, "url", url_fetch.MAX_URL_CHARS)
+        url_fetch.normalise(url)  # a bad URL is refused before any KB is made
+        kb = kbmod.open_or_create(self.base, self._kb_to_ingest(kb_id).id)
+        try:
+            summary = ingest.ingest_url(kb, url, report=report,
+                                        run=run_status.RunStatus(kb.folder, "ingest_url"))
+        except (LockBusy, ingest.EmbedderUnavailable) as err:
+            raise UserError(str(err)) from None
         except sqlite3.DatabaseError as err:
             if not is_damage(err):
                 raise
@@ -595,22 +621,40 @@ class Library:
 
     def check_changes(self, kb_id: str | None) -> dict:
         import folders
+        import s3_source
+        import url_fetch
 
         kb_id = self.resolve(kb_id)
         kb = kbmod.load(self.base, kb_id)
-        if not kb.source_paths:
+        urls: list[tuple[str, dict]] = []
+        if not kb.source_paths and kb.fulltext_path.exists():
+            with self.reading(kb_id) as entry:
+                urls = url_fetch.url_sources(entry.conn)
+        if not kb.source_paths and not urls:
             raise UserError(f"knowledge base {kb_id!r} has no folders to watch; add them to "
                             f"'sourcePaths' in {kb.folder / 'config.json'}")
         if not kb.fulltext_path.exists():
             conn = fulltext.connect(Path(":memory:"))
             try:
                 plan = folders.plan_sync(conn, kb)
+                buckets = s3_source.plan(conn, kb).to_json()
             finally:
                 conn.close()
         else:
             with self.reading(kb_id) as entry:
                 plan = folders.plan_sync(entry.conn, kb)
-        return {"kb_id": kb_id, **capped_lists(plan.to_json()),
+                urls = url_fetch.url_sources(entry.conn)
+                buckets = s3_source.plan(entry.conn, kb).to_json()  # lists; reads no object
+        changes = plan.to_json()
+        for key, value in buckets.items():
+            changes[key] += value
+        if urls:  # each asked whether it changed (a conditional HEAD), within a time budget
+            found = url_fetch.recheck(urls, url_fetch.private_allowed(kb.urls),
+                                      url_fetch.CHECK_BUDGET)
+            changes["modified"] += found.changed
+            changes["unchanged"] += found.unchanged
+            changes["skipped"] += found.skipped + found.untold()
+        return {"kb_id": kb_id, **capped_lists(changes),
                 "next": "start_reindex(kb_id) applies these changes"}
 
     # -- helpers -------------------------------------------------------------------
@@ -908,7 +952,7 @@ def _store_for(kb: kbmod.KnowledgeBase, generation: int = 0):
 def allowed_folders(kb: kbmod.KnowledgeBase) -> list[Path]:
     """The KB's sourcePaths plus the folders named in LINECITE_ALLOWED_DIRS, resolved."""
     extra = [p for p in os.environ.get(ALLOWED_DIRS_ENV, "").split(os.pathsep) if p.strip()]
-    return [Path(p).expanduser().resolve() for p in [*kb.source_paths, *extra]]
+    return [Path(p).expanduser().resolve() for p in [*kb.folder_paths, *extra]]
 
 
 def allowed_path(path: str, kb: kbmod.KnowledgeBase) -> Path:

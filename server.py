@@ -365,6 +365,24 @@ async def ingest_file(
 
 
 @mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
+                       "destructiveHint": False, "openWorldHint": True})
+async def ingest_url(
+    ctx: Context,
+    url: Annotated[str, Field(description="http:// or https:// address of one web page or "
+                                          "document (PDF, DOCX, ...)")],
+    kb_id: KbId = None,
+) -> dict:
+    """Fetch one web page or document and index it under its URL (again: replaced).
+
+    Bounded in size, time and redirects; loopback, private, link-local and cloud metadata
+    addresses are refused unless the knowledge base allows private ones."""
+    def report(done: int, total: int, message: str) -> None:
+        anyio.from_thread.run(ctx.report_progress, done, total, message)
+
+    return await run(ctx, lambda lib: lib.ingest_url(url, kb_id, report))
+
+
+@mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
                        "destructiveHint": False, "openWorldHint": False})
 async def start_reindex(
     ctx: Context,

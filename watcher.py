@@ -263,7 +263,7 @@ class Watcher:
         config.json: resolving a share's path may take a while)."""
         if kb.watch is False:
             return {}
-        roots = dict.fromkeys(Path(p).expanduser().resolve() for p in kb.source_paths)
+        roots = dict.fromkeys(Path(p).expanduser().resolve() for p in kb.folder_paths)
         return {root: kb.watch == "poll" or on_network_drive(root) for root in roots}
 
     def _set_folders(self, state: KBWatch, roots: dict[Path, bool]) -> list[FolderWatch]:
@@ -457,8 +457,8 @@ class Watcher:
                             "still_being_written": writing[:limits.MAX_LIST_ROWS]},
                 "jobs_queued": state.jobs_queued, "last_queued_at": state.last_queued_at,
                 "last_queued_files": state.last_queued_files}
-        if not kb.source_paths:
-            info["note"] = "no sourcePaths: add folders to config.json to watch them"
+        if not kb.folder_paths:
+            info["note"] = "no sourcePaths folders: add folders to config.json to watch them"
         if state.note:
             info["note"] = state.note
         return info
