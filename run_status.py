@@ -100,9 +100,10 @@ class RunStatus:
 
     def reporter(self, forward: Callable[[int, int, str], None] | None):
         """A progress callback that writes the status file (at most every PROGRESS_EVERY s)
-        and passes each call on to `forward` (the MCP client's progress)."""
+        and passes each call on to `forward` (the MCP client's progress). `part` is how far
+        the file in hand is (ingest.Indexer.index_all: OCR pages, a recording's seconds)."""
 
-        def report(done: int, total: int, message: str) -> None:
+        def report(done: int, total: int, message: str, part: dict | None = None) -> None:
             if forward is not None:
                 forward(done, total, message)
             if self.started and (time.monotonic() - self._written >= PROGRESS_EVERY
@@ -110,7 +111,7 @@ class RunStatus:
                 self._written = time.monotonic()
                 try:
                     update_status(self.folder, progress={"current": done, "total": total,
-                                                         "file": message})
+                                                         "file": message, "part": part})
                 except (OSError, LockBusy):  # progress is best effort: never stop the run
                     pass
 

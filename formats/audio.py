@@ -15,8 +15,9 @@ Engines share one small interface (`Engine.transcribe(path, language, progress)`
 faster-whisper (CTranslate2, int8 on CPU, decodes with PyAV so no ffmpeg; the default) and
 openai-whisper (PyTorch, needs ffmpeg on PATH; for users who already have it). Settings come
 from the KB's `audio` block (`configure`), and LINECITE_WHISPER_MODEL wins over its model.
-Long recordings report how far they are, `(share done 0..1, stage)`, to the `progress`
-callable `transcribe` is given (extract_audio passes the one `reporting` set in its thread).
+Long recordings report how far they are, `(share done 0..1, stage, "0:42 of 2:00")`, to the
+`progress` callable `transcribe` is given (extract_audio passes the one formats.base.reporting
+set in its thread).
 
 Layer: reader (formats/), above formats/base.py and paths.py, below extract.py.
 """
@@ -29,14 +30,13 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import atomic
 import paths
-from formats.base import Extracted, ExtractError
+from formats.base import Extracted, ExtractError, listener
 
 # -----------------------------------------------------------------------------
 PAGE_SECONDS = 600  # one page per 10 minutes of recording: a page a person can scan
@@ -93,11 +93,10 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-Progress = Callable[[float, str], None]  # (share of the recording done, 0..1; the stage)
+Progress = Callable[..., None]  # (share of the recording done, 0..1; the stage[; "0:42 of 2:00"])
 
 _STATE = _State()
 _KB_SETTINGS = threading.local()  # per thread: two KBs may index at once in server threads
-_LISTENER = threading.local()  # per thread: the progress callable `reporting` set
 
 
 def current_settings() -> Settings:
@@ -118,19 +117,6 @@ def configure(block: dict | None) -> Settings:
     return _KB_SETTINGS.settings
 
 
-@contextmanager
-def reporting(progress: Progress | None) -> Iterator[None]:
-    """Send the progress of recordings extracted in this thread inside the `with` to
-    `progress`: extract.extract takes only a path, so this is how the Indexer's bar and the
-    KB's status see how far a 20-minute recording is."""
-    previous = getattr(_LISTENER, "progress", None)
-    _LISTENER.progress = progress
-    try:
-        yield
-    finally:
-        _LISTENER.progress = previous
-
-
 def _steps(progress: Progress | None, duration: float) -> Callable[[float], None]:
     """A callable taking seconds transcribed that tells `progress` once per whole percent
     gained: a 20-minute recording yields ~300 segments, a host wants at most 101 reports."""
@@ -141,7 +127,8 @@ def _steps(progress: Progress | None, duration: float) -> Callable[[float], None
         percent = int(100 * min(seconds / duration, 1.0)) if duration > 0 else 100
         if progress is not None and percent > last:
             last = percent
-            progress(percent / 100, STAGE)
+            progress(percent / 100, STAGE,
+                     f"{stamp(min(seconds, duration))[1:-1]} of {stamp(duration)[1:-1]}")
 
     return reached
 
@@ -411,7 +398,7 @@ def extract_audio(path: Path):
                                                 "recording; split it and index the parts")
     settings = current_settings()
     try:
-        found = transcribe(path, settings, progress=getattr(_LISTENER, "progress", None))
+        found = transcribe(path, settings, progress=listener())
     except AudioUnavailable as exc:
         raise ExtractError("audio-unavailable", f"{path.name} needs transcription: "
                                                         f"{exc}") from exc

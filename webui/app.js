@@ -158,6 +158,12 @@ function runPart(kb, index) {
     part.append(el("p", {}, "Indexing now", index.started_by ? " (by " + index.started_by + ")" : "",
       total ? ": " + done + " of " + total : "", progress && progress.file ? " — " + progress.file : ""),
       el("progress", { max: total || 1, value: total ? done : 0, class: "kb-progress" }));
+    const within = progress && progress.part;
+    if (within) {
+      part.append(el("p", { class: "within" }, within.name + " — " + within.stage +
+        (within.detail ? " " + within.detail : "") + ", " + within.percent + "%"),
+      el("progress", { max: 100, value: within.percent, class: "file-progress" }));
+    }
   } else if (index.status === "queued") {
     part.append(el("p", {}, "Queued, position " + index.queue_position,
       index.waiting ? " (" + index.waiting + ")" : ""));

@@ -1,0 +1,105 @@
+"""How far a run is, as the KB's status record tells it: within-file progress of a scan's OCR
+(real Tesseract on an image-only PDF made here), read mid-run the way get_index_info reads it
+(queue_runner.live_status), and the bound on how often that record is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+import ingest
+import kb as kbmod
+import queue_runner
+import run_status
+from formats import ocr
+
+PAGES = 5
+
+
+def _why_no_tesseract() -> str | None:
+    try:
+        ocr.languages("eng")
+    except (ImportError, ocr.OcrUnavailable) as exc:
+        return f"needs Tesseract with eng: {exc}"
+    return None
+
+
+def bm25_kb(tmp_path) -> kbmod.KnowledgeBase:
+    kb = kbmod.open_or_create(tmp_path / "base", "scans")
+    config = {"id": "scans", "embedding": {"provider": "none"}}
+    (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return kbmod.load(tmp_path / "base", "scans")
+
+
+def image_pdf(path, pages: int) -> None:
+    """A scan: `pages` small pages that are pictures of text, no text layer at all."""
+    font = ImageFont.load_default(size=36)
+    images = []
+    for n in range(pages):
+        image = Image.new("L", (700, 200), 255)
+        ImageDraw.Draw(image).text((30, 70), f"Harbour crane log page {n + 1}", fill=0,
+                                   font=font)
+        images.append(image)
+    images[0].save(path, save_all=True, append_images=images[1:], resolution=150)
+
+
+@pytest.mark.skipif(_why_no_tesseract() is not None, reason=str(_why_no_tesseract()))
+def test_status_record_shows_ocr_page_progress_during_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv(ocr.LANG_ENV, "eng")
+    monkeypatch.setenv(ocr.CACHE_ENV, str(tmp_path / "ocr-cache"))  # cold: Tesseract runs
+    monkeypatch.setenv(ocr.WORKERS_ENV, "1")  # pages finish one by one
+    monkeypatch.setattr(run_status, "PROGRESS_EVERY", 0.0)  # every page reaches the record
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    image_pdf(docs / "scan.pdf", PAGES)
+    kb = bm25_kb(tmp_path)
+    seen, outcome = [], {}
+
+    def run() -> None:
+        outcome["summary"] = ingest.ingest(kb, [docs / "scan.pdf"])
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    while worker.is_alive():
+        live = queue_runner.live_status(kb.folder.parent, "scans")  # get_index_info's read
+        part = (live.get("progress") or {}).get("part")
+        if live["status"] == "running" and part and part not in seen:
+            seen.append(part)
+        time.sleep(0.01)
+    worker.join()
+    assert outcome["summary"].indexed == 1 and outcome["summary"].failed == []
+    assert seen, "no within-file progress was ever recorded"
+    pages = []
+    for part in seen:
+        assert part["name"] == "scan.pdf" and part["stage"] == "OCR", part
+        done = int(re.fullmatch(rf"page (\d+) of {PAGES}", part["detail"]).group(1))
+        assert part["percent"] == round(100 * done / PAGES)
+        pages.append(done)
+    assert len(pages) >= 2 and pages == sorted(pages), seen  # seen moving, never back
+    after = queue_runner.live_status(kb.folder.parent, "scans")
+    assert after["status"] == "idle" and after["progress"] is None  # nothing stale after
+
+
+def test_progress_writes_are_bounded_and_the_last_one_is_kept(tmp_path, monkeypatch):
+    folder = tmp_path / "kb"
+    run = run_status.RunStatus(folder, "api")
+    run.start()
+    writes = []
+    real = run_status.update_status
+    monkeypatch.setattr(run_status, "update_status",
+                        lambda *a, **k: (writes.append(k), real(*a, **k)))
+    report = run.reporter(None)
+    started = time.monotonic()
+    while time.monotonic() - started < 1.2:  # a flood of page reports for 1.2 s
+        report(0, 2, "OCR big.pdf", {"name": "big.pdf", "stage": "OCR", "detail": "page 1 of 9",
+                                     "percent": 11})
+    report(2, 2, "done")
+    assert 2 <= len(writes) <= 4, len(writes)  # every PROGRESS_EVERY s, plus the end
+    assert run_status.read_status(folder)["progress"] == {"current": 2, "total": 2,
+                                                          "file": "done", "part": None}
