@@ -4,7 +4,8 @@ Layer: storage helpers, below the pipeline. ingest.py (every indexing run) and q
 (the queue and orchestrator) both write a run's record here; neither imports the other for it.
 Per KB: `index-status.json` (`running` with its pid and progress at the start, `last_run` at
 the end) is rewritten atomically under `.status.lock`; `.writer.lock` is held by the one
-process indexing the KB.
+process indexing the KB; `run-history.json` keeps the last HISTORY_RUNS runs' outcomes (the
+web page's timeline, get_index_info's `recent_runs`), rewritten atomically under that lock.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ STATUS_LOCK = ".status.lock"  # per KB: one status writer at a time (read, chang
 WRITER_LOCK = ".writer.lock"  # per KB: held by the one process indexing it (ingest.Indexer)
 BRIEF_LOCK_WAIT = 10.0  # seconds to wait for another holder of a queue or status lock
 PROGRESS_EVERY = 0.5  # seconds between progress writes to index-status.json
+HISTORY_FILE = "run-history.json"
+HISTORY_RUNS = 20  # finished runs kept per KB, oldest dropped first
+HISTORY_FIELDS = ("started_by", "scope", "force", "started_at", "finished_at", "ok", "cancelled",
+                  "counts", "errors_total", "error")  # a run's record without its error list
 # ---------------------------------------------------------------------------
 
 
@@ -72,6 +77,22 @@ def update_status(kb_folder: Path, **fields) -> None:
     kb_folder.mkdir(parents=True, exist_ok=True)
     with briefly_held(kb_folder / STATUS_LOCK, "a status update"):
         atomic.write_json(kb_folder / STATUS_FILE, {**read_status(kb_folder), **fields})
+
+
+def read_history(kb_folder: Path) -> list[dict]:
+    """The KB's last finished runs, oldest first (at most HISTORY_RUNS)."""
+    runs = read_json(kb_folder / HISTORY_FILE, {}).get("runs")
+    if not isinstance(runs, list):
+        return []
+    return [r for r in runs if isinstance(r, dict)][-HISTORY_RUNS:]
+
+
+def add_to_history(kb_folder: Path, last_run: dict) -> None:
+    """Append a finished run (its HISTORY_FIELDS), dropping the oldest past HISTORY_RUNS."""
+    entry = {k: last_run[k] for k in HISTORY_FIELDS if k in last_run}
+    with briefly_held(kb_folder / STATUS_LOCK, "a run history update"):
+        runs = read_history(kb_folder) + [entry]
+        atomic.write_json(kb_folder / HISTORY_FILE, {"runs": runs[-HISTORY_RUNS:]})
 
 
 def error_text(err: BaseException) -> str:
@@ -139,6 +160,10 @@ class RunStatus:
                           progress=None, last_run=last)
         else:  # another process is indexing this KB: its status stays, ours is noted
             update_status(self.folder, last_run=last)
+        try:
+            add_to_history(self.folder, last)
+        except (OSError, LockBusy):  # the timeline is a view: last_run above is the record
+            pass
 
     def waits_in_queue(self, error: BaseException | None) -> bool:
         """A queued job that found the KB busy has no result yet: run_entry requeues it."""

@@ -103,3 +103,33 @@ def test_progress_writes_are_bounded_and_the_last_one_is_kept(tmp_path, monkeypa
     assert 2 <= len(writes) <= 4, len(writes)  # every PROGRESS_EVERY s, plus the end
     assert run_status.read_status(folder)["progress"] == {"current": 2, "total": 2,
                                                           "file": "done", "part": None}
+
+
+def test_recent_runs_keep_the_last_twenty_in_order_with_their_outcomes(tmp_path, monkeypatch):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("The lighthouse keeper's log.", encoding="utf-8")
+    kb = bm25_kb(tmp_path)
+    kb.source_paths = [str(docs)]
+    ingest.ingest(kb, [docs])  # 1: finished
+    (docs / "b.txt").write_text("A second note, never read.", encoding="utf-8")
+    assert ingest.sync(kb, should_stop=lambda: True).cancelled  # 2: cancelled before b.txt
+    monkeypatch.setenv(ingest.MAX_FILE_ENV, "lots")
+    with pytest.raises(kbmod.ConfigError):
+        ingest.ingest(kb, [docs])  # 3: failed before any file
+    monkeypatch.delenv(ingest.MAX_FILE_ENV)
+    runs = queue_runner.live_status(kb.folder.parent, "scans")["recent_runs"]
+    assert [(r["ok"], r.get("cancelled")) for r in runs] == [(False, None), (True, True),
+                                                              (True, False)]  # newest first
+    assert "LINECITE_MAX_FILE_MB" in runs[0]["error"] and runs[2]["counts"]["indexed"] == 1
+    assert [r["started_at"] for r in runs] == sorted((r["started_at"] for r in runs),
+                                                     reverse=True)
+    for n in range(18):  # runs 4-21, each through the same record a real run keeps
+        run = run_status.RunStatus(kb.folder, "queue", scope=f"run {n + 4}")
+        run.start()
+        run.finish()
+    runs = queue_runner.live_status(kb.folder.parent, "scans")["recent_runs"]
+    assert len(runs) == run_status.HISTORY_RUNS == 20
+    assert runs[0]["scope"] == "run 21" and runs[-1].get("cancelled") is True  # 1st dropped
+    stored = json.loads((kb.folder / run_status.HISTORY_FILE).read_text(encoding="utf-8"))
+    assert len(stored["runs"]) == 20 and all("errors" not in r for r in stored["runs"])
