@@ -112,6 +112,7 @@ class RunStatus:
                        "force": force, "started_at": now()}
         self.started = self.finished = False
         self._written = 0.0  # monotonic time of the last progress write
+        self._part_shown = False  # that write showed how far a file is (progress.part)
 
     def start(self) -> None:
         self.record["started_at"] = now()
@@ -122,14 +123,16 @@ class RunStatus:
     def reporter(self, forward: Callable[[int, int, str], None] | None):
         """A progress callback that writes the status file (at most every PROGRESS_EVERY s)
         and passes each call on to `forward` (the MCP client's progress). `part` is how far
-        the file in hand is (ingest.Indexer.index_all: OCR pages, a recording's seconds)."""
+        the file in hand is (ingest.Indexer.index_all: OCR pages, a recording's seconds); the
+        first report after a file with one is always written, so its part never outlives it."""
 
         def report(done: int, total: int, message: str, part: dict | None = None) -> None:
             if forward is not None:
                 forward(done, total, message)
+            left_file = part is None and self._part_shown  # else the last file's part stays
             if self.started and (time.monotonic() - self._written >= PROGRESS_EVERY
-                                 or done == total):
-                self._written = time.monotonic()
+                                 or done == total or left_file):
+                self._written, self._part_shown = time.monotonic(), part is not None
                 try:
                     update_status(self.folder, progress={"current": done, "total": total,
                                                          "file": message, "part": part})

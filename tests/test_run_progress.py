@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from PIL import Image, ImageDraw, ImageFont
+from conftest import image_pdf
 
 import ingest
 import kb as kbmod
@@ -35,18 +35,6 @@ def bm25_kb(tmp_path) -> kbmod.KnowledgeBase:
     config = {"id": "scans", "embedding": {"provider": "none"}}
     (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     return kbmod.load(tmp_path / "base", "scans")
-
-
-def image_pdf(path, pages: int) -> None:
-    """A scan: `pages` small pages that are pictures of text, no text layer at all."""
-    font = ImageFont.load_default(size=36)
-    images = []
-    for n in range(pages):
-        image = Image.new("L", (700, 200), 255)
-        ImageDraw.Draw(image).text((30, 70), f"Harbour crane log page {n + 1}", fill=0,
-                                   font=font)
-        images.append(image)
-    images[0].save(path, save_all=True, append_images=images[1:], resolution=150)
 
 
 @pytest.mark.skipif(_why_no_tesseract() is not None, reason=str(_why_no_tesseract()))
@@ -99,8 +87,12 @@ def test_progress_writes_are_bounded_and_the_last_one_is_kept(tmp_path, monkeypa
     while time.monotonic() - started < 1.2:  # a flood of page reports for 1.2 s
         report(0, 2, "OCR big.pdf", {"name": "big.pdf", "stage": "OCR", "detail": "page 1 of 9",
                                      "percent": 11})
+    assert 2 <= len(writes) <= 3, len(writes)  # every PROGRESS_EVERY s
+    report(1, 2, "indexing next.txt")  # at once, however soon: big.pdf's part must go
+    assert run_status.read_status(folder)["progress"]["part"] is None
+    report(1, 2, "indexing next.txt")  # no part before and none now: bounded again
     report(2, 2, "done")
-    assert 2 <= len(writes) <= 4, len(writes)  # every PROGRESS_EVERY s, plus the end
+    assert 4 <= len(writes) <= 5, len(writes)  # plus the end
     assert run_status.read_status(folder)["progress"] == {"current": 2, "total": 2,
                                                           "file": "done", "part": None}
 

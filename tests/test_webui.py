@@ -11,6 +11,7 @@ copies in docs/screenshots/.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import clean_env, free_port, stop_process
+from tests.conftest import clean_env, free_port, image_pdf, stop_process
 
 selenium = pytest.importorskip("selenium", reason="selenium (requirements-dev.txt) drives "
                                                    "the browser")
@@ -103,7 +104,8 @@ def wait_for_page(url: str, proc: subprocess.Popen, log: Path) -> None:
 
 @pytest.fixture(scope="module")
 def server(base, tmp_path_factory):
-    proc, url = start_server(base, tmp_path_factory.mktemp("webui-log") / "server.log")
+    proc, url = start_server(base, tmp_path_factory.mktemp("webui-log") / "server.log",
+                             LINECITE_OCR_WORKERS="1")  # a scan's pages are done one by one
     yield url
     stop_process(proc)
 
@@ -371,6 +373,44 @@ def test_ui_flag_serves_the_page_alone_and_opens_the_browser(base, tmp_path):
         assert httpx.post(f"{url}mcp", json={}).status_code in (404, 405)  # the page alone
     finally:
         stop_process(proc)
+
+
+def test_a_scans_ocr_shows_its_page_and_percentage(server, browser, corpus, shots):
+    scans = corpus / "scans"
+    scans.mkdir()
+    image_pdf(scans / "scan.pdf", 6)
+    browser.get(server)
+    card = kb_card(browser, "notes")
+    card.find_element(By.CSS_SELECTOR, ".add-folder input").send_keys(str(scans))
+    card.find_element(By.CSS_SELECTOR, ".add-folder button").click()
+    wait(browser, lambda d: str(scans.resolve()) in kb_card(d, "notes").find_element(
+        By.CSS_SELECTOR, ".folders").text)
+    kb_card(browser, "notes").find_element(By.CSS_SELECTOR, "button.start-reindex").click()
+    seen = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            card = kb_card(browser, "notes")
+            shown = [p.text for p in card.find_elements(By.CSS_SELECTOR, ".run .within")]
+            if shown and shown[0] not in seen:
+                seen.append(shown[0])
+                browser.save_screenshot(str(shots / "indexing.png"))
+            elif seen and card.find_element(By.CSS_SELECTOR, ".badge").text != "running":
+                break
+        except Exception:  # noqa: BLE001 - the card was redrawn between two looks
+            pass
+        time.sleep(0.2)
+    assert seen, "the page never showed the scan's OCR progress"
+    pages = []
+    for text in seen:
+        found = re.fullmatch(r"scans/scan\.pdf — OCR page (\d) of 6, (\d+)%", text)
+        assert found, seen
+        pages.append(int(found.group(1)))
+        assert int(found.group(2)) == round(100 * pages[-1] / 6)
+    assert pages == sorted(pages), seen
+    wait(browser, lambda d: kb_card(d, "notes").find_element(By.CSS_SELECTOR, ".badge").text
+         == "ready", timeout=60)
+    assert not kb_card(browser, "notes").find_elements(By.CSS_SELECTOR, ".run .within")
 
 
 def test_remove_a_folder_from_the_page(server, browser, base, corpus):

@@ -155,10 +155,11 @@ function runPart(kb, index) {
   const progress = index.progress;
   if (index.status === "running") {
     const done = progress ? progress.current : 0, total = progress ? progress.total : 0;
+    const within = progress && progress.part;  // how far the file in hand is: its own line
     part.append(el("p", {}, "Indexing now", index.started_by ? " (by " + index.started_by + ")" : "",
-      total ? ": " + done + " of " + total : "", progress && progress.file ? " — " + progress.file : ""),
+      total ? ": " + done + " of " + total + " files done" : "",
+      progress && progress.file && !within ? " — " + progress.file : ""),
       el("progress", { max: total || 1, value: total ? done : 0, class: "kb-progress" }));
-    const within = progress && progress.part;
     if (within) {
       part.append(el("p", { class: "within" }, within.name + " — " + within.stage +
         (within.detail ? " " + within.detail : "") + ", " + within.percent + "%"),
@@ -291,7 +292,7 @@ function timeline(kbs) {
     start: Date.parse(run.started_at), seconds: Math.max(0, (Date.parse(run.finished_at) - Date.parse(run.started_at)) / 1000 || 0) })))
     .sort((a, b) => (b.start || 0) - (a.start || 0)).slice(0, TIMELINE_ROWS);
   if (!runs.length) return el("p", { class: "muted" }, "No run finished yet.");
-  const width = 420, bar = 14, gap = 6, label = 150, room = 90;
+  const width = 360, bar = 14, gap = 6, label = 130, room = 130;
   const longest = Math.max(1, ...runs.map((r) => r.seconds));
   const chart = svg("svg", { width, height: runs.length * (bar + gap) + 4, role: "img", class: "timeline" });
   runs.forEach((r, i) => {
