@@ -405,6 +405,7 @@ async def test_cli_bar_and_get_index_info_show_the_recording_and_its_percentage(
         tmp_path, long_recording, tiny_model):
     base = tmp_path / "base"
     make_kb(tmp_path, None)  # a BM25-only KB `talks` under `base`
+    parts = []  # how far the recording is: get_index_info's progress.part
     env = clean_env(LINECITE_AUDIO_CACHE=str(tmp_path / "transcripts"))  # cold: it runs
     seen = []
     transport = StdioTransport(command=sys.executable,
@@ -421,6 +422,7 @@ async def test_cli_bar_and_get_index_info_show_the_recording_and_its_percentage(
                     info = await call(client, "get_index_info", kb_id="talks")
                     if info["status"] == "running" and info["progress"]:
                         seen.append(info["progress"]["file"])
+                        parts.append(info["progress"].get("part"))
                     await asyncio.sleep(0.2)
             finally:
                 if cli.poll() is None:  # a failed assertion above: leave no process behind
@@ -430,6 +432,8 @@ async def test_cli_bar_and_get_index_info_show_the_recording_and_its_percentage(
     percents = [int(m[1]) for f in seen if (m := re.fullmatch(r"transcribing talk\.wav (\d+)%",
                                                               f or ""))]
     assert len(percents) >= 2 and percents == sorted(percents), seen
+    times = [p["detail"] for p in parts if p and p["stage"] == "transcribing" and p["detail"]]
+    assert times and all(re.fullmatch(r"\d\d:\d\d of 01:\d\d", t) for t in times), parts
     bar = (tmp_path / "stderr.txt").read_text(encoding="utf-8")
     shown = [int(p) for p in re.findall(r"talk\.wav (\d+)%", bar)]
     assert len(shown) >= 10 and shown == sorted(shown) and shown[-1] == 100, bar[-2000:]
