@@ -286,9 +286,15 @@ function clock(iso) {
   return isNaN(at) ? "?" : at.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
 }
 
+// A KB's runs, newest first; a KB indexed before run-history.json existed has its last_run.
+function runsOf(kb) {
+  const index = kb.index || {};
+  return (index.recent_runs || []).length ? index.recent_runs : index.last_run ? [index.last_run] : [];
+}
+
 // The last runs of every KB, newest first: one row each, its bar as long as the run took.
 function timeline(kbs) {
-  const runs = kbs.flatMap((kb) => ((kb.index || {}).recent_runs || []).map((run) => ({ id: kb.id, run,
+  const runs = kbs.flatMap((kb) => runsOf(kb).map((run) => ({ id: kb.id, run,
     start: Date.parse(run.started_at), seconds: Math.max(0, (Date.parse(run.finished_at) - Date.parse(run.started_at)) / 1000 || 0) })))
     .sort((a, b) => (b.start || 0) - (a.start || 0)).slice(0, TIMELINE_ROWS);
   if (!runs.length) return el("p", { class: "muted" }, "No run finished yet.");
