@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -112,7 +113,9 @@ class RunStatus:
                        "force": force, "started_at": now()}
         self.started = self.finished = False
         self._written = 0.0  # monotonic time of the last progress write
-        self._part_shown = False  # that write showed how far a file is (progress.part)
+        self._pending: dict | None = None  # the latest progress not yet written
+        self._timer: threading.Timer | None = None  # writes `_pending` when the bound allows
+        self._guard = threading.Lock()  # one progress writer at a time: the run or the timer
 
     def start(self) -> None:
         self.record["started_at"] = now()
@@ -123,29 +126,55 @@ class RunStatus:
     def reporter(self, forward: Callable[[int, int, str], None] | None):
         """A progress callback that writes the status file (at most every PROGRESS_EVERY s)
         and passes each call on to `forward` (the MCP client's progress). `part` is how far
-        the file in hand is (ingest.Indexer.index_all: OCR pages, a recording's seconds); the
-        first report after a file with one is always written, so its part never outlives it."""
+        the file in hand is (ingest.Indexer.index_all: OCR pages, a recording's seconds). A
+        report the bound holds back is written when the interval ends, so the file shown as
+        in hand is never more than PROGRESS_EVERY s old, however long the next one takes."""
 
         def report(done: int, total: int, message: str, part: dict | None = None) -> None:
             if forward is not None:
                 forward(done, total, message)
-            left_file = part is None and self._part_shown  # else the last file's part stays
-            if self.started and (time.monotonic() - self._written >= PROGRESS_EVERY
-                                 or done == total or left_file):
-                self._written, self._part_shown = time.monotonic(), part is not None
-                try:
-                    update_status(self.folder, progress={"current": done, "total": total,
-                                                         "file": message, "part": part})
-                except (OSError, LockBusy):  # progress is best effort: never stop the run
-                    pass
+            if self.started:
+                self._offer({"current": done, "total": total, "file": message, "part": part},
+                            at_once=done == total)
 
         return report
+
+    def _offer(self, progress: dict, at_once: bool) -> None:
+        with self._guard:
+            self._pending = progress
+            wait = PROGRESS_EVERY - (time.monotonic() - self._written)
+            if at_once or (wait <= 0 and self._timer is None):  # else the timer writes it
+                self._write_pending()
+            elif self._timer is None:
+                self._timer = threading.Timer(wait, self._flush)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _flush(self) -> None:
+        with self._guard:
+            self._timer = None
+            if not self.finished:
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Write the latest progress held back, if any (the caller holds `_guard`)."""
+        progress, self._pending = self._pending, None
+        if progress is None:
+            return
+        self._written = time.monotonic()
+        try:
+            update_status(self.folder, progress=progress)
+        except (OSError, LockBusy):  # progress is best effort: never stop the run
+            pass
 
     def finish(self, summary=None, error: BaseException | None = None) -> None:
         """Record how the run ended (once; later calls do nothing)."""
         if self.finished or self.waits_in_queue(error):
             return
-        self.finished = True
+        with self._guard:  # no held-back progress is written after the end
+            self.finished, self._pending = True, None
+            if self._timer is not None:
+                self._timer.cancel()
         last = {**self.record, "ok": error is None, "finished_at": now()}
         if summary is not None:  # errors bounded like every file list an answer carries
             last.update(cancelled=summary.cancelled,

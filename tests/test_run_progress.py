@@ -88,13 +88,27 @@ def test_progress_writes_are_bounded_and_the_last_one_is_kept(tmp_path, monkeypa
         report(0, 2, "OCR big.pdf", {"name": "big.pdf", "stage": "OCR", "detail": "page 1 of 9",
                                      "percent": 11})
     assert 2 <= len(writes) <= 3, len(writes)  # every PROGRESS_EVERY s
-    report(1, 2, "indexing next.txt")  # at once, however soon: big.pdf's part must go
-    assert run_status.read_status(folder)["progress"]["part"] is None
-    report(1, 2, "indexing next.txt")  # no part before and none now: bounded again
-    report(2, 2, "done")
-    assert 4 <= len(writes) <= 5, len(writes)  # plus the end
-    assert run_status.read_status(folder)["progress"] == {"current": 2, "total": 2,
-                                                          "file": "done", "part": None}
+    report(1, 2, "indexing next.txt")  # held back by the bound...
+    time.sleep(run_status.PROGRESS_EVERY + 0.3)  # ...while next.txt takes long: no report
+    assert run_status.read_status(folder)["progress"] == {"current": 1, "total": 2,
+                                                          "file": "indexing next.txt",
+                                                          "part": None}  # written meanwhile
+    report(2, 2, "done")  # the end: at once
+    assert 4 <= len(writes) <= 5, len(writes)
+    assert run_status.read_status(folder)["progress"]["file"] == "done"
+
+
+def test_no_progress_held_back_is_written_after_the_run_ends(tmp_path):
+    folder = tmp_path / "kb"
+    run = run_status.RunStatus(folder, "api")
+    run.start()
+    report = run.reporter(None)
+    report(0, 3, "indexing a.txt")
+    report(1, 3, "indexing b.txt")  # held back, its timer set
+    run.finish()
+    time.sleep(run_status.PROGRESS_EVERY + 0.3)
+    status = run_status.read_status(folder)
+    assert status["status"] == "idle" and status["progress"] is None
 
 
 def test_recent_runs_keep_the_last_twenty_in_order_with_their_outcomes(tmp_path, monkeypatch):
