@@ -3,10 +3,11 @@
 `path` (a glob or a prefix of the source's name or file path), `types` (pdf, docx, code,
 mail, audio...: the reader family of the source's format and its extension), `modified_after`
 / `modified_before` (the file's time; a mail's by its `Date:` line) and `language` (a code
-source's language, as list_sources shows it). They are resolved here, in SQLite, to the names
-of the sources they select, and search.py hands those names to both legs *before* ranking
-(BM25's allowed chunks, Chroma's `where`), so the top k of a filtered search are the top k of
-the matching files, never what is left of the whole KB's top k.
+source's programming language, as list_sources shows it, or a natural language the text is
+written in, as doc_language.py counted it at indexing: `ko`, `zh`, `ja`, `en`). They are
+resolved here, in SQLite, to the names of the sources they select, and search.py hands those
+names to both legs *before* ranking (BM25's allowed chunks, Chroma's `where`), so the top k of
+a filtered search are the top k of the matching files, never what is left of the KB's top k.
 
 Reads `sources` and, for mail dates, the first lines of a mail's page 1; writes nothing.
 
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 
+import doc_language
+import fulltext
 import limits
 from formats import reader_entry
 from formats.languages import parser_language
@@ -183,20 +186,22 @@ def select(conn: sqlite3.Connection, kb_id: str, filters: Filters,
     NoMatch (listing what exists) when none does."""
     cursor = conn.cursor()
     cursor.row_factory = None  # plain tuples: sqlite3.Row made this read 4 times slower
-    rows = cursor.execute("SELECT id, name, path, parser, mtime FROM sources ORDER BY name"
-                          ).fetchall()
+    columns = fulltext.table_columns(conn, "sources")
+    spoken = "languages" if "languages" in columns else "NULL"  # an older schema has none
+    rows = cursor.execute(f"SELECT id, name, path, parser, mtime, {spoken} FROM sources"
+                          " ORDER BY name").fetchall()
     path_ok = _path_test(filters.path) if filters.path else None
     dated = filters.after is not None or filters.before is not None
     mail = _mail_dates(conn, [r[0] for r in rows if "mail" in source_types(
         r[1], r[3], text_extensions)]) if dated else {}
     names = []
-    for source_id, name, path, parser, mtime in rows:
+    for source_id, name, path, parser, mtime, languages in rows:
         if path_ok and not (path_ok(name) or (path and path_ok(path.replace("\\", "/")))):
             continue
         if filters.types and not set(filters.types) & source_types(name, parser,
                                                                    text_extensions):
             continue
-        if filters.language and parser_language(parser or "") not in filters.language:
+        if filters.language and not _speaks(filters.language, parser, languages):
             continue
         when = mail.get(source_id, mtime)
         if dated and (when is None or (filters.after is not None and when < filters.after)
@@ -219,6 +224,7 @@ def holdings(rows: list[tuple], text_extensions: Collection[str] = ()) -> str:
         return "no sources yet"
     types = Counter(t for r in rows for t in source_types(r[1], r[3], text_extensions))
     languages = Counter(filter(None, (parser_language(r[3] or "") for r in rows)))
+    languages.update(code for r in rows for code in (r[5] or "").split(",") if code)
     times = [r[4] for r in rows if r[4] is not None]
     parts = ["types " + ", ".join(f"{t} ({n})" for t, n in _most(types, 15))]
     if languages:
@@ -228,6 +234,14 @@ def holdings(rows: list[tuple], text_extensions: Collection[str] = ()) -> str:
         parts.append(f"files modified {_iso(min(times))} to {_iso(max(times))}")
     parts.append("sources named like " + ", ".join(repr(r[1]) for r in rows[:3]))
     return "; ".join(parts) + " (list_sources shows them all)"
+
+
+def _speaks(wanted: tuple[str, ...], parser: str | None, languages: str | None) -> bool:
+    """Whether a source is in one of the `wanted` languages: its programming language, or a
+    natural one its text is written in (a word like `Korean` or `한국어` read as `ko`)."""
+    written = set((languages or "").split(","))
+    return any(parser_language(parser or "") == word or doc_language.code_of(word) in written
+               for word in wanted)
 
 
 def _most(counts: Counter, n: int) -> list[tuple[str, int]]:

@@ -8,7 +8,9 @@ ignores.py leaves out, gitignored, vendored, build output, generated and binary,
 reason there too), names each
 as its source (`<folder>/<relative path>` through limits.source_name, unique per KB by
 construction), and `plan_sync` compares them with fulltext.sqlite3: added, modified (size and
-mtime, then SHA-256), deleted (never a source under a folder that could not be listed). ingest.py
+mtime, then SHA-256), deleted (never a source under a folder that could not be listed), and
+retried (unchanged files whose last read failed). `Naming` is the one naming rule, for a file
+however it arrives (folder sync, `ingest.py FILE|FOLDER`, ingest_file). ingest.py
 indexes what the plan says; `check_changes` shows the plan as it is. `file_sha256` is the one
 file hasher (change tests here, the OCR and transcript caches).
 
@@ -44,6 +46,46 @@ def same_stat(row, stat: os.stat_result) -> bool:
     return (row["size"], row["mtime"]) == (stat.st_size, stat.st_mtime)
 
 
+def kb_folders(kb: kbmod.KnowledgeBase) -> list[Path]:
+    """The KB's sourcePaths, resolved, in their order (the order their names depend on)."""
+    return [Path(p).expanduser().resolve() for p in kb.source_paths]
+
+
+class Naming:
+    """The one rule for a file's source name, whichever way it arrives: a file under a
+    followed folder is `<folder's prefix>/<relative path>`, as folder sync names it; any other
+    file is its file name. `ingest_file` once named `docs/news.txt` `news.txt`, so the next
+    sync deleted it and added it again under the other name, and its citations stopped
+    resolving (issue 30). `folders`: resolved, the KB's sourcePaths first (see kb_folders),
+    then folders indexed now; their prefixes come from folder_prefixes, in that order."""
+
+    def __init__(self, folders: Iterable[Path]):
+        self.prefixes = folder_prefixes(list(dict.fromkeys(folders)))
+
+    @classmethod
+    def of(cls, kb: kbmod.KnowledgeBase, targets: Iterable[Path] = ()) -> Naming:
+        """The KB's naming, with the folders among `targets` (indexed now) named after its
+        own: `ingest.py FOLDER` then follows that folder, and sync keeps its names."""
+        return cls([*kb_folders(kb), *(t.resolve() for t in targets if t.is_dir())])
+
+    def folder_prefix(self, folder: Path) -> str | None:
+        """The prefix of the names of the files directly in `folder` (resolved): that of the
+        first named folder holding it, with the path between; None outside them all."""
+        for root, prefix in self.prefixes.items():
+            if folder.is_relative_to(root):
+                return "/".join([prefix, *folder.relative_to(root).parts])
+        return None
+
+    def name(self, file: Path) -> str:
+        """The source name of one file (its folder resolved, its own name kept: a link is
+        named as itself, as sync names it)."""
+        folder = file.absolute().parent.resolve()
+        prefix = self.folder_prefix(folder)
+        if prefix is None:
+            return limits.source_name(file.name)
+        return _name(prefix, folder, folder / file.name)
+
+
 @dataclass
 class SyncPlan:
     """What a folder sync would do; `check_changes` shows it without doing it."""
@@ -53,21 +95,27 @@ class SyncPlan:
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
     skipped: list[dict] = field(default_factory=list)  # links out, unlistable folders, ...
+    # untouched files whose last read failed (a recording with no audio engine, a scan with
+    # no OCR): a sync tries them again, but they are not changes (issue 30: each
+    # check_changes listed them as `modified`)
+    retried: list[tuple[Path, str]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"added": [name for _, name in self.added],
                 "modified": [name for _, name in self.modified],
-                "deleted": self.deleted, "unchanged": self.unchanged, "skipped": self.skipped}
+                "deleted": self.deleted, "unchanged": self.unchanged,
+                "retried": [name for _, name in self.retried], "skipped": self.skipped}
 
 
 def discover(targets: list[Path], source_name: str | None = None,
              skipped: list[dict] | None = None, unlisted: list[Path] | None = None,
              text_extensions: Collection[str] = (), gitignore: bool = True,
-             screen: bool = True) -> Iterator[tuple[Path, str]]:
+             screen: bool = True, naming: Naming | None = None) -> Iterator[tuple[Path, str]]:
     """(file, source name) for each file to index: a file as named, a folder's files recursively.
 
     A folder's files are named `<prefix>/<relative path>` so two folders' `README.md` differ;
-    the prefix is the folder's name, made unique among `targets` (see folder_prefixes).
+    the prefix is the folder's name, made unique among `targets` (see folder_prefixes), or
+    what `naming` (the KB's, see Naming) gives the folder and each file named as itself.
     Links that lead out of the folder are not followed; they go to `skipped`, and so do the
     folders that could not be listed, which also go to `unlisted`. Given `unlisted`, every
     target is a folder (a KB's sourcePaths): one that is missing is unavailable, not a file.
@@ -80,14 +128,16 @@ def discover(targets: list[Path], source_name: str | None = None,
     folders_only = unlisted is not None
     skipped = skipped if skipped is not None else []
     unlisted = unlisted if unlisted is not None else []
-    roots = list(dict.fromkeys(t.resolve() for t in targets if folders_only or t.is_dir()))
-    prefixes = folder_prefixes(roots)
+    roots = [t.resolve() for t in targets if folders_only or t.is_dir()]
+    naming = naming or Naming(roots)
+    done: set[Path] = set()
     for target in targets:
         if folders_only or target.is_dir():
             root = target.resolve()
-            prefix = prefixes.pop(root, None)
-            if prefix is None:  # the same folder named twice: its files once
+            prefix = naming.folder_prefix(root)
+            if root in done or prefix is None:  # the same folder named twice: its files once
                 continue
+            done.add(root)
             for path in _files_in(root, prefix, skipped, unlisted, text_extensions, gitignore,
                                   screen):
                 name = _name(prefix, root, path)
@@ -101,7 +151,7 @@ def discover(targets: list[Path], source_name: str | None = None,
                                               f"{limits.MAX_NAME_CHARS:,}; move it to a "
                                               "shorter path to index it"})
         else:
-            yield target, source_name or limits.source_name(target.name)
+            yield target, source_name or naming.name(target)
 
 
 def _name(prefix: str, root: Path, path: Path, tail: str = "") -> str:
@@ -286,7 +336,7 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
     Only a file to be indexed (added or modified) has its first bytes read for the content
     rules (ignores.content_reason): an unchanged one passed them when it was indexed. One that
     fails them now is not indexed, and its old source is deleted."""
-    folders = [Path(p).expanduser().resolve() for p in kb.source_paths]
+    folders = kb_folders(kb)
     plan = SyncPlan()
     left_out = ignores.Tally()
     seen: set[str] = set()
@@ -298,8 +348,11 @@ def plan_sync(conn, kb: kbmod.KnowledgeBase, force: bool = False) -> SyncPlan:
         seen.add(name)
         seen_paths.add(os.path.normcase(path))
         row = fulltext.source_row(conn, name)
-        if row is not None and not (force or row["state"] in RETRY_STATES or _changed(row, path)):
-            plan.unchanged += 1
+        if row is not None and not (force or _changed(row, path)):
+            if row["state"] in RETRY_STATES:
+                plan.retried.append((path, name))
+            else:
+                plan.unchanged += 1
         elif reason := ignores.content_reason(path):
             left_out.add(reason, name)
             if row is not None:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import doc_language
 from fulltext_schema import FILENAME as FILENAME
 from fulltext_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from fulltext_schema import IndexUnavailable as IndexUnavailable
@@ -114,6 +115,7 @@ def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
                                    pages=len(pages))
         conn.execute("UPDATE sources SET warnings = ? WHERE id = ?",
                      ("\n".join(warnings) or None, source_id))
+        _record_languages(conn, source_id, pages)
         conn.executemany(
             "INSERT INTO lines (source_id, page, line, text) VALUES (?, ?, ?, ?)",
             ((source_id, p, n, text) for p, page in enumerate(pages, 1)
@@ -130,6 +132,17 @@ def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
                      "(SELECT chunk_id FROM chunks WHERE source_id = ?)", (source_id,))
         _flush_bm25(conn)
     return sum(c.chunk_id not in embedded for c in chunks)
+
+
+def _record_languages(conn: sqlite3.Connection, source_id: int,
+                      pages: Sequence[Sequence[str]]) -> None:
+    """The natural languages of the source's text, for the `language` filter. Skipped on an
+    index older than schema 10, which only code made to write that schema writes to (the
+    tests that build old indexes)."""
+    if "languages" in table_columns(conn, "sources"):
+        conn.execute("UPDATE sources SET languages = ? WHERE id = ?",
+                     (doc_language.detect(line for page in pages for line in page) or None,
+                      source_id))
 
 
 def record_failure(conn: sqlite3.Connection, src: SourceFile, reason: str, detail: str) -> str:
@@ -414,7 +427,7 @@ def contextualization_state(conn: sqlite3.Connection,
     hash), None when none is configured): chunks contextualized by it, stale (by another
     model or prompt, or left from an earlier contextualizer), pending (not yet tried, or
     failed with tries left), failed (given up), and why the last run stopped, if it did."""
-    if "llm_state" not in _columns(conn, "chunks"):  # an older index, served read-only
+    if "llm_state" not in table_columns(conn, "chunks"):  # an older index, served read-only
         return {"contextualized": 0, "stale": 0, "pending": 0, "failed": 0, "stopped": None}
     model, prompt = signature or (None, None)
     row = conn.execute(
@@ -702,7 +715,7 @@ def _short_match(conn: sqlite3.Connection, folded: str) -> str | None:
     that start with it, which are all of them since every line ends in LINE_END. "" when
     there are none; None when the needle starts more than EXACT_PREFIX_TERMS (it is common,
     so a scan finds its lines at once) or the index predates LINE_END."""
-    if "grams" not in _columns(conn, "lines"):
+    if "grams" not in table_columns(conn, "lines"):
         return None
     vocab = _vocabulary(conn, "lines")
     terms = [row[0] for row in conn.execute(
@@ -807,13 +820,14 @@ def list_sources(conn: sqlite3.Connection, offset: int = 0, limit: int = -1,
 def problem_sources(conn: sqlite3.Connection, limit: int) -> list[dict]:
     """Up to `limit` sources that failed, need the user, are degraded or carry warnings:
     name, state, error and warnings (get_index_info's list of what to look at)."""
-    has_warnings = " OR s.warnings IS NOT NULL" if "warnings" in _columns(conn, "sources") else ""
+    has_warnings = (" OR s.warnings IS NOT NULL"
+                    if "warnings" in table_columns(conn, "sources") else "")
     where = f"WHERE s.state IN ('failed', 'needs_action', 'degraded'){has_warnings}"
     return [{k: source.get(k) for k in ("name", "state", "error", "warnings")}
             for source in list_sources(conn, 0, limit, where)]
 
 
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+def table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
     """Its columns, generated ones included (table_info leaves those out)."""
     return {row[1] for row in conn.execute(f"PRAGMA table_xinfo({table})")}
 

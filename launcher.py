@@ -5,7 +5,8 @@
 
 The launcher runs cli.py with the Python that ran this (the venv's), and sets LINECITE_HOME to
 the base folder the MCP host config carries (mcp_config.entry) unless the shell sets it; so do
-TESSDATA_PREFIX and LINECITE_TESSERACT when the installer found them. A command from a new
+TESSDATA_PREFIX, LINECITE_TESSERACT and LINECITE_WHISPER_MODEL when the installer set them
+(mcp_config.PASSED_ENV). A command from a new
 shell then indexes into the folder the host reads. The installers run this on every run; a
 launcher already right is left as it is.
 

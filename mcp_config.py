@@ -8,12 +8,12 @@
     .venv/bin/python mcp_config.py --move-legacy-base # Windows: the old base folder, moved once
 
 The entry runs this Python (the venv's, when run with it) on this folder's server.py, and
-always passes LINECITE_HOME (and TESSDATA_PREFIX when set), so the host's server uses the same
-base folder as the CLI whatever the host's environment. `--claude` backs the file up first (a
-timestamped copy beside it), keeps every other server and setting, updates only
-`mcpServers.linecite` (keeping keys the user added there, such as `env`), creates the file when
-it is absent, writes through a temporary file, and changes nothing when the entry is already
-right. A file that is not valid JSON is left alone, with an error.
+always passes LINECITE_HOME (and PASSED_ENV's variables when set), so the host's server uses the
+same base folder, Tesseract and Whisper model as the CLI whatever the host's environment.
+`--claude` backs the file up first (a timestamped copy beside it), keeps every other server
+and setting, updates only `mcpServers.linecite` (keeping keys the user added there, such as
+`env`), creates the file when it is absent, writes through a temporary file, and changes
+nothing when the entry is already right. A file that is not valid JSON is left alone, with an error.
 
 `--url` prints the entry for a server already running over HTTP instead (Cursor's `url` form):
 a host given both would run a second server on the same stores, so the installers print one.
@@ -45,7 +45,10 @@ HERE = Path(__file__).resolve().parent
 NAME = "linecite"
 CONFIG_NAME = "claude_desktop_config.json"
 MSIX_GLOB = "Claude_*"  # Claude Desktop's package folder under %LOCALAPPDATA%\Packages
-PASSED_ENV = ("TESSDATA_PREFIX",)  # passed on to the host's server when set here
+# passed on to the host's server (and baked into the launcher) when set here: the installers set
+# them for this run only, so nothing is changed user-wide (Tesseract's program and language data,
+# a local Whisper model folder)
+PASSED_ENV = ("TESSDATA_PREFIX", "LINECITE_TESSERACT", "LINECITE_WHISPER_MODEL")
 TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # the HTTP server's bearer token; hosts read it from env
 # ---------------------------------------------------------------------------
 

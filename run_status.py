@@ -177,12 +177,9 @@ class RunStatus:
                 self._timer.cancel()
         last = {**self.record, "ok": error is None, "finished_at": now()}
         if summary is not None:  # errors bounded like every file list an answer carries
-            last.update(cancelled=summary.cancelled,
-                        errors=summary.failed[:limits.MAX_LIST_ROWS],
-                        errors_total=len(summary.failed),
-                        counts={k: getattr(summary, k) for k in ("indexed", "unchanged",
-                                                                 "deleted", "embedded",
-                                                                 "chunks", "pages")})
+            errors = summary.failed + summary.needs_action  # each says its reason
+            last.update(cancelled=summary.cancelled, errors=errors[:limits.MAX_LIST_ROWS],
+                        errors_total=len(errors), counts=summary.counts())
         if error is not None:
             last["error"] = error_text(error)
         if not self.folder.is_dir():  # the KB is gone: nothing to record into

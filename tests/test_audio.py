@@ -231,7 +231,7 @@ def test_without_an_engine_the_error_names_the_install_command(no_engine):
 
 def test_without_an_engine_a_recording_needs_action(tmp_path, no_engine):
     summary = ingest.ingest(make_kb(tmp_path), [shared_path(*AUDIO, "en", "whisper", "jfk.flac")])
-    assert [(f["state"], f["reason"]) for f in summary.failed] == \
+    assert [(f["state"], f["reason"]) for f in summary.needs_action] == \
         [("needs_action", "audio-unavailable")]
 
 
@@ -243,7 +243,7 @@ def test_without_openai_whisper_its_kb_needs_action_naming_its_install(tmp_path,
     monkeypatch.setattr(audio._STATE, "models", {})
     kb = make_kb(tmp_path, {"engine": "openai-whisper", "model": "base"})
     summary = ingest.ingest(kb, [shared_path(*AUDIO, "en", "whisper", "jfk.flac")])
-    [failed] = summary.failed
+    [failed] = summary.needs_action
     assert (failed["state"], failed["reason"]) == ("needs_action", "audio-unavailable")
     assert "`pip install openai-whisper`" in failed["detail"]
     assert "audio.engine to faster-whisper" in failed["detail"]

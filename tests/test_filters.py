@@ -41,6 +41,8 @@ def corpus(folder: Path) -> dict[str, float]:
         "code/report.ts": ("// invoice report for payment review\nexport const x = 1;\n", T2023),
         "mail/march.eml": (mail("Fri, 01 Mar 2024 09:00:00 +0000", "invoice reminder"), T2023),
         "mail/jan.eml": (mail("Mon, 02 Jan 2023 09:00:00 +0000", "invoice query"), T2024),
+        "korean/지급.txt": ("지급 조건 안내\n모든 송장(invoice)은 받은 날로부터 삼십일 안에 "
+                           "지급합니다. 늦게 지급하면 이자가 붙습니다.", T2023),
     }
     files.update({f"notes/n{i:02d}.txt": ("payment terms invoice payment terms invoice "
                                           f"payment terms invoice note {i}", T2023)
@@ -112,6 +114,7 @@ CASES = {  # label -> (filter arguments, the corpus files that pass them)
     "before-2024": ({"modified_before": "2024-01-01T00:00:00Z", "types": ["mail", "code"]},
                     ["code/report.ts", "mail/jan.eml"]),
     "python": ({"language": ["python"]}, ["code/billing.py"]),
+    "korean": ({"language": ["한국어"]}, ["korean/지급.txt"]),  # the language it is written in
 }
 
 
@@ -152,8 +155,8 @@ def test_a_filter_matching_nothing_says_what_the_kb_holds(world):
         mixed.search(QUERY, 5, "auto", "docs", None, filters=filters.parse(types=["docx"]))
     message = str(caught.value)
     assert "no source in 'docs' passes the filters (types ['docx'])" in message
-    for held in ("pdf (1)", "code (2)", "mail (2)", "txt (62)", "python (1)", "typescript (1)",
-                 "2023-06-01", "2024-06-01"):
+    for held in ("pdf (1)", "code (2)", "mail (2)", "txt (63)", "python (1)", "typescript (1)",
+                 "ko (1)", "2023-06-01", "2024-06-01"):
         assert held in message, held
     with pytest.raises(filters.NoMatch, match="passes the filters"):
         mixed.search(QUERY, 5, "bm25", "docs", "docs/notes/n01.txt",

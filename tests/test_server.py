@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
-from conftest import call, clean_env, free_port, ingest_cli, stop_process, tool_error
+from conftest import call, clean_env, free_port, http_server_process, ingest_cli, tool_error
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
@@ -580,26 +580,8 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream",
 @contextmanager
 def http_server(corpus: Corpus, log: Path, host: str = "127.0.0.1", **env: str):
     """`server.py --transport http` on a free port; yields its URL once it answers (<= 60 s)."""
-    port = free_port()
-    with log.open("w", encoding="utf-8") as errlog:
-        proc = subprocess.Popen(
-            [PY, SERVER, "--transport", "http", "--host", host, "--port", str(port),
-             "--base-path", str(corpus.base)], stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=errlog, env=server_env(corpus, **env), cwd=REPO)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text(encoding="utf-8")
-            try:
-                httpx.get(url, timeout=2)
-                break  # any HTTP answer at all means it is listening
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "server did not answer within 60 s"
-                time.sleep(0.2)
+    with http_server_process(corpus.base, log, server_env(corpus, **env), host) as url:
         yield url
-    finally:
-        stop_process(proc)
 
 
 def raw_initialize(url: str, **headers: str) -> httpx.Response:

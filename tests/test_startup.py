@@ -161,3 +161,27 @@ def test_the_http_server_warms_up_as_it_starts(indexed, tmp_path):
         finally:
             stop_process(proc)
     assert line is not None and "chromadb" in line, log.read_text(encoding="utf-8")
+
+
+async def test_a_file_ingested_alone_in_a_followed_folder_keeps_the_folder_name(tmp_path):
+    # issue 30.2: ingest_file named docs/news.txt `news.txt`; check_changes then proposed
+    # adding `docs/news.txt` and deleting `news.txt`, and start_reindex broke the citations
+    docs, base = tmp_path / "docs", tmp_path / "base"
+    docs.mkdir()
+    (docs / "harbour.txt").write_text(FIRST, encoding="utf-8")
+    ingest_cli(str(docs), "--kb", "default", base=base)
+    (docs / "news.txt").write_text(LATER, encoding="utf-8")
+    async with official_client(base, tmp_path / "server.log", LINECITE_WARM_UP="1") as (
+            session, _):
+        await session.list_tools()
+        done = await session.call_tool("ingest_file", {"path": str(docs / "news.txt")})
+        assert not done.is_error, text_of(done)
+        changes = (await session.call_tool("check_changes", {})).structured_content
+        found = (await session.call_tool("search", {"query": "quillwort tide gauge",
+                                                    "search_mode": "bm25"})).structured_content
+        renamed = await session.call_tool("ingest_file", {"path": str(docs / "news.txt"),
+                                                          "source_name": "news.txt"})
+    assert (changes["added"], changes["modified"], changes["deleted"]) == ([], [], []), changes
+    assert found["hits"][0]["source"] == "docs/news.txt", found["hits"]
+    said = text_of(renamed)
+    assert renamed.is_error and "'docs/news.txt'" in said and "sync would rename" in said, said

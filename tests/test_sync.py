@@ -58,14 +58,15 @@ def test_sync_adds_changes_and_deletes_files(tmp_path):
 
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     assert folders.plan_sync(conn, kb).to_json() == {"added": [], "modified": [], "deleted": [],
-                                                    "unchanged": 2, "skipped": SKIPPED_BIN}
+                                                    "unchanged": 2, "retried": [],
+                                                    "skipped": SKIPPED_BIN}
     write(docs / "a.txt", "Alpha report, revised: the crane was replaced.")
     (docs / "sub" / "b.md").unlink()
     write(docs / "c.txt", "Gamma notes.")
     os.utime(docs / "a.txt", (1, 1))  # a new mtime, whatever the clock's resolution
     assert folders.plan_sync(conn, kb).to_json() == {
         "added": ["docs/c.txt"], "modified": ["docs/a.txt"], "deleted": ["docs/sub/b.md"],
-        "unchanged": 0, "skipped": SKIPPED_BIN}
+        "unchanged": 0, "retried": [], "skipped": SKIPPED_BIN}
     conn.close()
 
     second = ingest.sync(kb)

@@ -5,6 +5,7 @@ caseless script moves nothing."""
 import json
 
 import pytest
+from conftest import bm25_kb
 
 import fulltext
 import ingest
@@ -39,11 +40,7 @@ def make_kb(tmp_path, files: dict[str, str]) -> kbmod.KnowledgeBase:
     folder.mkdir()
     for name, text in files.items():
         (folder / name).write_text(text, encoding="utf-8")
-    kb = kbmod.open_or_create(tmp_path / "base", "docs")
-    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
-    config["embedding"] = {"provider": "none"}
-    (kb.folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    kb = kbmod.load(tmp_path / "base", "docs")
+    kb = bm25_kb(tmp_path / "base", "docs")
     summary = ingest.ingest(kb, [folder])
     assert summary.indexed == len(files), summary
     return kb

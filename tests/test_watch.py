@@ -13,9 +13,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
-from conftest import clean_env, free_port, stop_process
+from conftest import clean_env, free_port, stop_process, wait_for_http
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -76,15 +75,7 @@ async def http_server(base: Path, log: Path):
                                 stderr=errlog, env=clean_env(LINECITE_WATCH="1"), cwd=REPO)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text(encoding="utf-8")
-            try:
-                httpx.get(url, timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "server did not answer within 60 s"
-                await anyio.sleep(0.2)
+        wait_for_http(url, proc, log)
         async with streamable_http_client(url) as streams, \
                 ClientSession(streams[0], streams[1]) as session:
             await session.initialize()

@@ -92,6 +92,7 @@ def test_configure_writes_every_file_claude_reads_keeping_other_servers(tmp_path
     home = tmp_path / "Jérôme 김" / ".linecite"
     monkeypatch.setenv("LINECITE_HOME", str(home))
     monkeypatch.setenv("TESSDATA_PREFIX", str(tmp_path / "tessdata"))
+    monkeypatch.delenv("LINECITE_WHISPER_MODEL")  # conftest's test model: not in this entry
     msix = msix_config(env, "Claude_pzs8sxrjxfjjc")
     other = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem"]}
     msix.write_text(json.dumps({"mcpServers": {"filesystem": other}}), encoding="utf-8-sig")
@@ -467,3 +468,85 @@ def test_a_conversion_whose_temp_folder_cannot_be_deleted_still_succeeds(tmp_pat
     import shutil
 
     shutil.rmtree(folders[0])
+
+
+# ---------------------------------------------------------------------------
+# Tesseract without PATH or a user-wide TESSDATA_PREFIX (issue 31)
+
+TESSERACT_SETTINGS = ("LINECITE_TESSERACT", "TESSDATA_PREFIX", "LINECITE_WHISPER_MODEL")
+
+
+def test_the_host_entry_and_the_launcher_carry_tesseract_and_its_data(tmp_path, monkeypatch):
+    """install.ps1 sets these for its own run only; the host's server and the CLI get them
+    from the entry and the launcher, so nothing on the machine needs changing."""
+    import launcher
+
+    for name in TESSERACT_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LINECITE_HOME", str(tmp_path / "base"))
+    assert set(mcp_config.entry()["env"]) == {"LINECITE_HOME"}
+    values = {"LINECITE_TESSERACT": "C:\\Program Files\\Tesseract-OCR\\tesseract.exe",
+              "TESSDATA_PREFIX": "C:\\Users\\김\\.linecite\\tessdata",
+              "LINECITE_WHISPER_MODEL": "D:\\models\\whisper-small"}
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    assert mcp_config.entry()["env"] == {"LINECITE_HOME": str(tmp_path / "base"), **values}
+    text = launcher.cmd_text("C:\\x\\python.exe", "C:\\x\\cli.py", launcher.baked_env(),
+                             {"USERPROFILE": "C:\\Users\\김"})
+    assert ('if not defined LINECITE_TESSERACT set "LINECITE_TESSERACT=C:\\Program Files\\'
+            'Tesseract-OCR\\tesseract.exe"') in text
+    assert 'set "TESSDATA_PREFIX=%USERPROFILE%\\.linecite\\tessdata"' in text
+
+
+@pytest.fixture
+def own_tesseract(tmp_path, monkeypatch):
+    """The real tesseract under a folder PATH does not hold, and a tessdata of English only."""
+    import shutil
+
+    pytesseract = pytest.importorskip("pytesseract")
+    real = shutil.which("tesseract")
+    if real is None:
+        pytest.skip("needs tesseract (apt-get install tesseract-ocr)")
+    folder = tmp_path / "Tesseract-OCR 김"
+    folder.mkdir()
+    (folder / "tesseract").symlink_to(real)
+    system = next(Path("/usr/share/tesseract-ocr").glob("*/tessdata"))
+    data = tmp_path / "tessdata"
+    data.mkdir()
+    shutil.copy(system / "eng.traineddata", data)
+    shutil.copytree(system / "configs", data / "configs")
+    from formats import ocr
+
+    monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", "tesseract")  # restored after
+    monkeypatch.setattr(ocr, "_LANGS", {})  # what earlier tests' tesseract listed
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("TESSDATA_PREFIX", str(data))
+    monkeypatch.setenv("LINECITE_OCR_CACHE", str(tmp_path / "ocr-cache"))
+    return folder / "tesseract"
+
+
+def test_ocr_runs_the_tesseract_linecite_tesseract_names(own_tesseract, tmp_path, monkeypatch):
+    from PIL import Image, ImageDraw
+
+    from formats import ocr
+
+    with pytest.raises(ocr.OcrUnavailable, match="Tesseract not found"):  # PATH has none
+        ocr.languages("eng")
+    monkeypatch.setenv(ocr.TESSERACT_ENV, str(own_tesseract))
+    # TESSDATA_PREFIX reaches it: only the English of that folder is there, not Debian's kor
+    assert ocr.languages("kor+eng") == ("eng", ["kor"])
+    image = Image.new("L", (500, 90), 255)
+    ImageDraw.Draw(image).text((10, 30), "HARBOUR CRANE SEVEN", fill=0, font_size=28)
+    image.save(tmp_path / "sign.png")
+    monkeypatch.setenv(ocr.LANG_ENV, "eng")
+    texts, _warnings = ocr.read_image(tmp_path / "sign.png")
+    assert "HARBOUR CRANE" in texts[0]
+
+
+def test_a_linecite_tesseract_that_is_not_a_file_says_so(own_tesseract, tmp_path, monkeypatch):
+    from formats import ocr
+
+    monkeypatch.setenv(ocr.TESSERACT_ENV, str(tmp_path / "gone" / "tesseract.exe"))
+    with pytest.raises(ocr.OcrUnavailable, match="LINECITE_TESSERACT names .*gone.*which is not "
+                                                 "a file: point it at tesseract's program"):
+        ocr.languages("eng")
