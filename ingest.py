@@ -149,7 +149,7 @@ class Indexer:
     on close (`lock`: one the caller may already hold, so no other writer gets in between)."""
 
     def __init__(self, kb: kbmod.KnowledgeBase, progress: bool = False,
-                 report: Report | None = None, lock: PidLock | None = None):
+                 report: Callable[..., None] | None = None, lock: PidLock | None = None):
         import chroma_store
         import contextualize
         import segment
@@ -456,9 +456,11 @@ class Indexer:
                   should_stop: Callable[[], bool] | None = None,
                   inside: list[Path] | None = None) -> None:
         """Index files one by one, embedding after each; stop cleanly between files if asked.
-        A recording's transcription also reports its percentage, on the bar and to `report`
-        (`transcribing meeting.m4a 42%`), so a 20-minute file is seen to move."""
-        from formats import audio
+        A recording's transcription and a scan's OCR also report their percentage, on the bar
+        and to `report` (`transcribing meeting.m4a 42%`, with `part` for the status record:
+        `{"name", "stage": "OCR", "detail": "page 3 of 12", "percent": 25}`), so a 20-minute
+        file is seen to move. `report` is RunStatus.reporter's: (done, total, message, part)."""
+        from formats import base
 
         bar = _progress(files, len(files), "files", self.progress)
         for done, (path, name) in enumerate(bar):
@@ -469,7 +471,7 @@ class Indexer:
                 break
             if self.report:
                 self.report(done, len(files), f"indexing {name}")
-            with audio.reporting(self._partway(bar, short, done, len(files), name)):
+            with base.reporting(self._partway(bar, short, done, len(files), name)):
                 self.index_file(path, name, summary, force=force, inside=inside)
             summary.embedded += self.embed_pending()
         if self.report:
@@ -504,12 +506,15 @@ class Indexer:
             self.report(len(downloads), len(downloads), "done")
 
     def _partway(self, bar, short: str, done: int, total: int, name: str):
-        """The `(share, stage)` callable for the file in hand: its bar postfix and report."""
+        """The `(share, stage[, detail])` callable for the file in hand: its bar postfix and
+        report."""
 
-        def tell(share: float, stage: str) -> None:
+        def tell(share: float, stage: str, detail: str = "") -> None:
             bar.set_postfix_str(f"{short} {share:.0%}")
             if self.report:
-                self.report(done, total, f"{stage} {name} {share:.0%}")
+                part = {"name": name, "stage": stage, "detail": detail,
+                        "percent": round(100 * share)}
+                self.report(done, total, f"{stage} {name} {share:.0%}", part)
 
         return tell
 

@@ -31,6 +31,7 @@ import fusion
 import limits
 import query_expansion as qe
 import rerank
+import run_status
 import titles
 
 # ---------------------------------------------------------------------------
@@ -43,6 +44,7 @@ PRUNE_TRIES = 5  # rmtree attempts (with backoff) on a folder Windows still hold
 MAX_TEXT_EXTENSIONS = 100  # suffixes one KB's textExtensions may list
 TEXT_EXTENSION = re.compile(r"\.[A-Za-z0-9_+~-]{1,16}")  # ".adoc": a dot, then no dot
 S3_SCHEME = "s3://"  # a sourcePaths entry that is a bucket prefix
+CONFIG_LOCK = ".config.lock"  # per KB: held while config.json is read, changed and replaced
 # ---------------------------------------------------------------------------
 
 
@@ -492,9 +494,10 @@ def follow(kb: KnowledgeBase, folder: Path) -> bool:
     if os.path.normcase(resolved) in known:
         return False
     path = kb.folder / "config.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data["sourcePaths"] = [*(data.get("sourcePaths") or []), str(resolved)]
-    atomic.write_json(path, data)
+    with run_status.briefly_held(kb.folder / CONFIG_LOCK, "a config.json change"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["sourcePaths"] = [*(data.get("sourcePaths") or []), str(resolved)]
+        atomic.write_json(path, data)
     kb.source_paths = data["sourcePaths"]
     return True
 
@@ -502,12 +505,15 @@ def follow(kb: KnowledgeBase, folder: Path) -> bool:
 def update(base: Path, kb_id: str, change: Callable[[dict], None]) -> KnowledgeBase:
     """Apply `change` to the KB's config.json and write it back atomically, after the same
     checks `load` makes: a value the file would be refused for is refused here (ConfigError
-    naming the field) and the file stays as it was. Other fields, unknown to us, are kept."""
+    naming the field) and the file stays as it was. Other fields, unknown to us, are kept.
+    Under the KB's CONFIG_LOCK, so two changes at once (the page, `ingest.py --follow`) both
+    land instead of the later write undoing the earlier."""
     path = base / check_kb_id(kb_id) / "config.json"
-    data = json.loads(path.read_text(encoding="utf-8"))
-    change(data)
-    _validate(data, kb_id, path)
-    atomic.write_json(path, data)
+    with run_status.briefly_held(path.parent / CONFIG_LOCK, "a config.json change"):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        change(data)
+        _validate(data, kb_id, path)
+        atomic.write_json(path, data)
     return load(base, kb_id)
 
 

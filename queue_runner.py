@@ -45,6 +45,7 @@ from pathlib import Path
 import atomic
 import kb as kbmod
 import paths
+import run_status
 from pidlock import LockBusy, PidLock
 from run_status import WRITER_LOCK, RunStatus, briefly_held, error_text, now, read_json, read_status
 
@@ -189,14 +190,16 @@ def live_status(base: Path, kb_id: str) -> dict:
     process indexes it, a CLI run included; `interrupted` when a run recorded `running` but
     its process is gone (killed, crashed); `queued`; else `idle` or `failed` (last run).
     `waiting` says why a queued job has not run yet (another process writes the KB).
-    `last_run` is the last finished run's record."""
+    `last_run` is the last finished run's record; `recent_runs` the last HISTORY_RUNS, newest
+    first, without their error lists."""
     folder = base / kb_id
     recorded = read_status(folder)
     queue = entries(base)
     place = position(queue, kb_id)
     info = {"status": recorded.get("status", "idle"), "pid": None, "started_by": None,
             "started_at": None, "progress": None, "queue_position": place,
-            "last_run": recorded.get("last_run")}
+            "last_run": recorded.get("last_run"),
+            "recent_runs": run_status.read_history(folder)[::-1]}
     if waiting := next((e["waiting"] for e in queue if e["kb_id"] == kb_id and "waiting" in e
                         and not e.get("running")), None):
         info["waiting"] = waiting

@@ -4,13 +4,15 @@ Layer: storage helpers, below the pipeline. ingest.py (every indexing run) and q
 (the queue and orchestrator) both write a run's record here; neither imports the other for it.
 Per KB: `index-status.json` (`running` with its pid and progress at the start, `last_run` at
 the end) is rewritten atomically under `.status.lock`; `.writer.lock` is held by the one
-process indexing the KB.
+process indexing the KB; `run-history.json` keeps the last HISTORY_RUNS runs' outcomes (the
+web page's timeline, get_index_info's `recent_runs`), rewritten atomically under that lock.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +29,10 @@ STATUS_LOCK = ".status.lock"  # per KB: one status writer at a time (read, chang
 WRITER_LOCK = ".writer.lock"  # per KB: held by the one process indexing it (ingest.Indexer)
 BRIEF_LOCK_WAIT = 10.0  # seconds to wait for another holder of a queue or status lock
 PROGRESS_EVERY = 0.5  # seconds between progress writes to index-status.json
+HISTORY_FILE = "run-history.json"
+HISTORY_RUNS = 20  # finished runs kept per KB, oldest dropped first
+HISTORY_FIELDS = ("started_by", "scope", "force", "started_at", "finished_at", "ok", "cancelled",
+                  "counts", "errors_total", "error")  # a run's record without its error list
 # ---------------------------------------------------------------------------
 
 
@@ -74,6 +80,22 @@ def update_status(kb_folder: Path, **fields) -> None:
         atomic.write_json(kb_folder / STATUS_FILE, {**read_status(kb_folder), **fields})
 
 
+def read_history(kb_folder: Path) -> list[dict]:
+    """The KB's last finished runs, oldest first (at most HISTORY_RUNS)."""
+    runs = read_json(kb_folder / HISTORY_FILE, {}).get("runs")
+    if not isinstance(runs, list):
+        return []
+    return [r for r in runs if isinstance(r, dict)][-HISTORY_RUNS:]
+
+
+def add_to_history(kb_folder: Path, last_run: dict) -> None:
+    """Append a finished run (its HISTORY_FIELDS), dropping the oldest past HISTORY_RUNS."""
+    entry = {k: last_run[k] for k in HISTORY_FIELDS if k in last_run}
+    with briefly_held(kb_folder / STATUS_LOCK, "a run history update"):
+        runs = read_history(kb_folder) + [entry]
+        atomic.write_json(kb_folder / HISTORY_FILE, {"runs": runs[-HISTORY_RUNS:]})
+
+
 def error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"[:500]
 
@@ -91,6 +113,9 @@ class RunStatus:
                        "force": force, "started_at": now()}
         self.started = self.finished = False
         self._written = 0.0  # monotonic time of the last progress write
+        self._pending: dict | None = None  # the latest progress not yet written
+        self._timer: threading.Timer | None = None  # writes `_pending` when the bound allows
+        self._guard = threading.Lock()  # one progress writer at a time: the run or the timer
 
     def start(self) -> None:
         self.record["started_at"] = now()
@@ -100,27 +125,56 @@ class RunStatus:
 
     def reporter(self, forward: Callable[[int, int, str], None] | None):
         """A progress callback that writes the status file (at most every PROGRESS_EVERY s)
-        and passes each call on to `forward` (the MCP client's progress)."""
+        and passes each call on to `forward` (the MCP client's progress). `part` is how far
+        the file in hand is (ingest.Indexer.index_all: OCR pages, a recording's seconds). A
+        report the bound holds back is written when the interval ends, so the file shown as
+        in hand is never more than PROGRESS_EVERY s old, however long the next one takes."""
 
-        def report(done: int, total: int, message: str) -> None:
+        def report(done: int, total: int, message: str, part: dict | None = None) -> None:
             if forward is not None:
                 forward(done, total, message)
-            if self.started and (time.monotonic() - self._written >= PROGRESS_EVERY
-                                 or done == total):
-                self._written = time.monotonic()
-                try:
-                    update_status(self.folder, progress={"current": done, "total": total,
-                                                         "file": message})
-                except (OSError, LockBusy):  # progress is best effort: never stop the run
-                    pass
+            if self.started:
+                self._offer({"current": done, "total": total, "file": message, "part": part},
+                            at_once=done == total)
 
         return report
+
+    def _offer(self, progress: dict, at_once: bool) -> None:
+        with self._guard:
+            self._pending = progress
+            wait = PROGRESS_EVERY - (time.monotonic() - self._written)
+            if at_once or (wait <= 0 and self._timer is None):  # else the timer writes it
+                self._write_pending()
+            elif self._timer is None:
+                self._timer = threading.Timer(wait, self._flush)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _flush(self) -> None:
+        with self._guard:
+            self._timer = None
+            if not self.finished:
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Write the latest progress held back, if any (the caller holds `_guard`)."""
+        progress, self._pending = self._pending, None
+        if progress is None:
+            return
+        self._written = time.monotonic()
+        try:
+            update_status(self.folder, progress=progress)
+        except (OSError, LockBusy):  # progress is best effort: never stop the run
+            pass
 
     def finish(self, summary=None, error: BaseException | None = None) -> None:
         """Record how the run ended (once; later calls do nothing)."""
         if self.finished or self.waits_in_queue(error):
             return
-        self.finished = True
+        with self._guard:  # no held-back progress is written after the end
+            self.finished, self._pending = True, None
+            if self._timer is not None:
+                self._timer.cancel()
         last = {**self.record, "ok": error is None, "finished_at": now()}
         if summary is not None:  # errors bounded like every file list an answer carries
             errors = summary.failed + summary.needs_action  # each says its reason
@@ -135,6 +189,10 @@ class RunStatus:
                           progress=None, last_run=last)
         else:  # another process is indexing this KB: its status stays, ours is noted
             update_status(self.folder, last_run=last)
+        try:
+            add_to_history(self.folder, last)
+        except (OSError, LockBusy):  # the timeline is a view: last_run above is the record
+            pass
 
     def waits_in_queue(self, error: BaseException | None) -> bool:
         """A queued job that found the KB busy has no result yet: run_entry requeues it."""

@@ -415,8 +415,9 @@ async def cancel_reindex(ctx: Context, kb_id: KbId = None) -> dict:
 
 @mcp.tool(annotations=READ_ONLY)
 async def get_index_info(ctx: Context, kb_id: KbId = None) -> dict:
-    """Index status: running/queued/idle, progress and the file in hand, queue position, the
-    last run's counts and errors, sources per state, the files that failed and why, and
+    """Index status: running/queued/idle, progress and the file in hand (with its OCR page
+    or recording time), queue position, the last run's counts and errors, the last 20 runs'
+    outcomes, sources per state, the files that failed and why, and
     which folders the server watches and what changed files wait to be queued."""
     return await run(ctx, lambda lib: lib.get_index_info(kb_id))
 

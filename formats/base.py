@@ -1,6 +1,7 @@
 """The interface every format reader keeps, and what they share: `Extracted` (pages of raw
 lines), `ExtractError` (the only error a reader raises), the text-size and zip-bomb bounds,
-the line cleaning extract() applies to every page, and text decoding.
+the line cleaning extract() applies to every page, text decoding, and `reporting`: how a
+reader of a long file (OCR, a recording) tells the indexer how far it is within that file.
 
 Layer: the readers' ground, below every module in formats/ and below extract.py (the
 dispatcher above them); it imports no project module.
@@ -11,6 +12,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +33,37 @@ MAX_TEXT_CHARS = 100_000_000  # text one file may yield (lines count 1 more each
 REASONS = ("not-found", "unsupported-format", "password-protected", "corrupt", "empty", "binary",
            "too-large", "zip-bomb", "ocr-unavailable", "audio-unavailable",
            "converter-unavailable")
+
+
+Progress = Callable[..., None]  # (share of the file done 0..1, stage[, detail "page 3 of 12"])
+_LISTENER = threading.local()  # per thread: the progress callable `reporting` set
+
+
+@contextmanager
+def reporting(progress: Progress | None) -> Iterator[None]:
+    """Send the within-file progress of files read in this thread inside the `with` to
+    `progress`: extract.extract takes only a path, so this is how the Indexer's bar and the
+    KB's status see how far a 20-minute recording or a 300-page scan is."""
+    previous = getattr(_LISTENER, "progress", None)
+    _LISTENER.progress = progress
+    try:
+        yield
+    finally:
+        _LISTENER.progress = previous
+
+
+def listener() -> Progress | None:
+    """The progress callable `reporting` set in this thread, if any."""
+    return getattr(_LISTENER, "progress", None)
+
+
+def page_steps(stage: str) -> Callable[[int, int], None] | None:
+    """A `(pages done, pages)` callable telling this thread's listener `stage`'s share and
+    "page N of M"; None when nobody listens."""
+    progress = listener()
+    if progress is None:
+        return None
+    return lambda done, of: progress(done / of if of else 1.0, stage, f"page {done} of {of}")
 
 
 @dataclass

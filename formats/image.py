@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from formats.base import Extracted, ExtractError, clean_lines
+from formats.base import Extracted, ExtractError, clean_lines, page_steps
 
 
 def extract_image(path: Path) -> Extracted:
@@ -17,7 +17,7 @@ def extract_image(path: Path) -> Extracted:
     from formats import ocr
 
     try:
-        texts, warnings = ocr.read_image(path)
+        texts, warnings = ocr.read_image(path, page_steps("OCR"))
     except ocr.OcrUnavailable as exc:
         raise ExtractError("ocr-unavailable", f"{path.name} needs OCR: {exc}") from exc
     except (FileNotFoundError, PermissionError):

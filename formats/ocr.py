@@ -215,14 +215,20 @@ def _run_tesseract(image, lang: str, dpi: int) -> dict:
             "seconds": round(time.monotonic() - started, 2)}
 
 
-def _read(job: _Job, pages: list[int], render: Callable[[int], object]) -> tuple[dict, list]:
+Pages = Callable[[int, int], None]  # (pages done, pages): progress within one file
+
+
+def _read(job: _Job, pages: list[int], render: Callable[[int], object],
+          progress: Pages | None = None) -> tuple[dict, list]:
     """Cache entries for `pages`, running Tesseract for the misses: images are made one at a
     time in this thread and at most 2 x workers wait, so memory stays flat. Warnings come in
-    page order, whichever tesseract finished first."""
+    page order, whichever tesseract finished first. `progress` hears each page done."""
     entries = {i: e for i in pages if (e := job.cached(i)) is not None}
     todo = [i for i in pages if i not in entries]
     if not todo:
         return entries, []
+    tell = progress or (lambda done, of: None)
+    tell(len(pages) - len(todo), len(pages))
     lang, missing = languages(job.spec)
     warnings = [f"ocr ran without the {'+'.join(missing)} language pack: {install_help(missing)}"
                 ] if missing else []
@@ -237,6 +243,7 @@ def _read(job: _Job, pages: list[int], render: Callable[[int], object]) -> tuple
                 job.store(page, entries[page])
             except Exception as exc:  # a timeout or a tesseract crash costs one page only
                 lost[page] = f"ocr failed on page {page + 1}: {type(exc).__name__}: {exc}"[:300]
+            tell(len(entries) + len(lost), len(pages))
 
     with ThreadPoolExecutor(max_workers=job.workers) as pool:
         for page in todo:
@@ -326,11 +333,12 @@ def _layer_is_wrong(entries: dict, texts: list[str], samples: list[int]) -> bool
 
 def mend_pdf(path: Path, texts: list[str], unusable: list[int], *, lang: str | None = None,
              dpi: int = DPI, cache_dir: Path | None = None, sha256: str | None = None,
-             workers: int | None = None) -> OcrResult:
+             workers: int | None = None, progress: Pages | None = None) -> OcrResult:
     """Tesseract's text for the pages of `path` that need it: `unusable` pages (no text or
     junk, as extract.py judged) that have anything drawn on them, and pages whose OCR layer
     Tesseract disagrees with on most of LAYER_SAMPLES sampled pages. Never raises for a
-    missing Tesseract: pages keep their text and a warning says how to install it."""
+    missing Tesseract: pages keep their text and a warning says how to install it.
+    `progress` hears (pages done, pages) of each pass that runs Tesseract."""
     import pypdfium2 as pdfium
 
     path, result = Path(path), OcrResult()
@@ -357,9 +365,9 @@ def mend_pdf(path: Path, texts: list[str], unusable: list[int], *, lang: str | N
 
             job = _job(path, lang, dpi, cache_dir, sha256, workers)
             samples = _spread(layered, LAYER_SAMPLES)
-            entries, result.warnings = _read(job, todo + samples, render)
+            entries, result.warnings = _read(job, todo + samples, render, progress)
             if _layer_is_wrong(entries, texts, samples):
-                more, warnings = _read(job, layered, render)
+                more, warnings = _read(job, layered, render, progress)
                 entries.update(more)
                 result.warnings += warnings
                 todo += layered
@@ -391,10 +399,11 @@ def _flat(image):
     return flat
 
 
-def read_image(path: Path) -> tuple[list[str], list[str]]:
+def read_image(path: Path, progress: Pages | None = None) -> tuple[list[str], list[str]]:
     """OCR every frame of an image file (a multi-page TIFF has several): (text of each frame,
-    "" where OCR read nothing; warnings). Raises OcrUnavailable, and PIL's own errors for a
-    file that is no image (formats.image.extract_image says what they mean)."""
+    "" where OCR read nothing; warnings), telling `progress` (frames done, frames). Raises
+    OcrUnavailable, and PIL's own errors for a file that is no image (formats.image says
+    what they mean)."""
     from PIL import Image
 
     with Image.open(path) as image:
@@ -406,7 +415,7 @@ def read_image(path: Path) -> tuple[list[str], list[str]]:
             return _flat(image)
 
         entries, warnings = _read(_job(path, None, 0, None, None, None), list(range(frames)),
-                                  render)
+                                  render, progress)
     return [entries[i]["text"] if i in entries else "" for i in range(frames)], warnings
 
 

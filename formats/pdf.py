@@ -23,7 +23,7 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pypdfium2.raw as raw
 
-from formats.base import Extracted, ExtractError, check_text_size, clean_lines
+from formats.base import Extracted, ExtractError, check_text_size, clean_lines, page_steps
 
 # -----------------------------------------------------------------------------
 GARBAGE_SHARE = 0.3  # a page whose visible chars are more than this share of junk is garbage
@@ -235,7 +235,7 @@ def _ocr_pages(path: Path, pages: list[str], unread: list[int], used: list[str])
 
     unusable = sorted({*unread, *(i for i, text in enumerate(pages) if not text.split())})
     try:
-        result = ocr.mend_pdf(path, pages, unusable)
+        result = ocr.mend_pdf(path, pages, unusable, progress=page_steps("OCR"))
     except Exception as exc:  # OCR is a bonus: a failure in it must not lose the text layer
         return [f"ocr failed: {type(exc).__name__}: {exc}"[:300]]
     for i, text in result.texts.items():  # junk keeps its place unless OCR has more real text

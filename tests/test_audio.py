@@ -26,7 +26,7 @@ import ingest
 import kb as kbmod
 import search
 from bench import benchmark
-from formats import audio
+from formats import audio, base
 
 AUDIO = ("corpus", "audio")
 REPO = Path(__file__).resolve().parent.parent
@@ -333,13 +333,13 @@ def test_search_finds_spoken_phrases_with_their_time_and_reindex_never_transcrib
 
 def test_progress_tells_each_whole_percent_once_and_ends_at_one():
     told = []
-    with audio.reporting(lambda share, stage: told.append((share, stage))):
-        reached = audio._steps(audio._LISTENER.progress, 200.0)
+    with base.reporting(lambda share, stage, detail: told.append((share, stage, detail))):
+        reached = audio._steps(base.listener(), 200.0)
         for seconds in (1.0, 1.5, 7.0, 7.2, 100.0, 199.9, 250.0):
             reached(seconds)
-    assert told == [(0.0, "transcribing"), (0.03, "transcribing"), (0.5, "transcribing"),
-                    (0.99, "transcribing"), (1.0, "transcribing")]
-    assert getattr(audio._LISTENER, "progress", None) is None  # the `with` put it back
+    assert told == [(share, "transcribing", f"{at} of 03:20") for share, at in (
+        (0.0, "00:01"), (0.03, "00:07"), (0.5, "01:40"), (0.99, "03:19"), (1.0, "03:20"))]
+    assert base.listener() is None  # the `with` put it back
 
 
 @pytest.fixture(scope="module")
@@ -370,7 +370,7 @@ def test_transcription_reports_rising_shares_while_it_runs_and_none_from_the_cac
     monkeypatch.setenv(audio.CACHE_ENV, str(tmp_path))  # a cold cache: the engine runs
     told, started = [], time.monotonic()
     found = audio.transcribe(long_recording, audio.Settings(),
-                             progress=lambda share, stage: told.append(
+                             progress=lambda share, stage, *_: told.append(
                                  (share, stage, time.monotonic() - started)))
     shares = [share for share, _, _ in told]
     assert shares[0] == 0.0 and told[0][2] < 0.1  # at once, before the model loads
@@ -405,6 +405,7 @@ async def test_cli_bar_and_get_index_info_show_the_recording_and_its_percentage(
         tmp_path, long_recording, tiny_model):
     base = tmp_path / "base"
     make_kb(tmp_path, None)  # a BM25-only KB `talks` under `base`
+    parts = []  # how far the recording is: get_index_info's progress.part
     env = clean_env(LINECITE_AUDIO_CACHE=str(tmp_path / "transcripts"))  # cold: it runs
     seen = []
     transport = StdioTransport(command=sys.executable,
@@ -421,6 +422,7 @@ async def test_cli_bar_and_get_index_info_show_the_recording_and_its_percentage(
                     info = await call(client, "get_index_info", kb_id="talks")
                     if info["status"] == "running" and info["progress"]:
                         seen.append(info["progress"]["file"])
+                        parts.append(info["progress"].get("part"))
                     await asyncio.sleep(0.2)
             finally:
                 if cli.poll() is None:  # a failed assertion above: leave no process behind
@@ -430,6 +432,8 @@ async def test_cli_bar_and_get_index_info_show_the_recording_and_its_percentage(
     percents = [int(m[1]) for f in seen if (m := re.fullmatch(r"transcribing talk\.wav (\d+)%",
                                                               f or ""))]
     assert len(percents) >= 2 and percents == sorted(percents), seen
+    times = [p["detail"] for p in parts if p and p["stage"] == "transcribing" and p["detail"]]
+    assert times and all(re.fullmatch(r"\d\d:\d\d of 01:\d\d", t) for t in times), parts
     bar = (tmp_path / "stderr.txt").read_text(encoding="utf-8")
     shown = [int(p) for p in re.findall(r"talk\.wav (\d+)%", bar)]
     assert len(shown) >= 10 and shown == sorted(shown) and shown[-1] == 100, bar[-2000:]

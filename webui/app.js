@@ -155,9 +155,16 @@ function runPart(kb, index) {
   const progress = index.progress;
   if (index.status === "running") {
     const done = progress ? progress.current : 0, total = progress ? progress.total : 0;
+    const within = progress && progress.part;  // how far the file in hand is: its own line
     part.append(el("p", {}, "Indexing now", index.started_by ? " (by " + index.started_by + ")" : "",
-      total ? ": " + done + " of " + total : "", progress && progress.file ? " — " + progress.file : ""),
+      total ? ": " + done + " of " + total + " files done" : "",
+      progress && progress.file && !within ? " — " + progress.file : ""),
       el("progress", { max: total || 1, value: total ? done : 0, class: "kb-progress" }));
+    if (within) {
+      part.append(el("p", { class: "within" }, within.name + " — " + within.stage +
+        (within.detail ? " " + within.detail : "") + ", " + within.percent + "%"),
+      el("progress", { max: 100, value: within.percent, class: "file-progress" }));
+    }
   } else if (index.status === "queued") {
     part.append(el("p", {}, "Queued, position " + index.queue_position,
       index.waiting ? " (" + index.waiting + ")" : ""));
@@ -267,25 +274,44 @@ function barChart(rows, colour) {
   return chart;
 }
 
+const RUN_COLOURS = { finished: "#2e7d32", cancelled: "#b26a00", failed: "#c62828" };
+const TIMELINE_ROWS = 20;
+
+function outcome(run) {
+  return !run.ok ? "failed" : run.cancelled ? "cancelled" : "finished";
+}
+
+function clock(iso) {
+  const at = new Date(iso);
+  return isNaN(at) ? "?" : at.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+}
+
+// A KB's runs, newest first; a KB indexed before run-history.json existed has its last_run.
+function runsOf(kb) {
+  const index = kb.index || {};
+  return (index.recent_runs || []).length ? index.recent_runs : index.last_run ? [index.last_run] : [];
+}
+
+// The last runs of every KB, newest first: one row each, its bar as long as the run took.
 function timeline(kbs) {
-  const runs = kbs.filter((kb) => kb.index && kb.index.last_run && kb.index.last_run.started_at)
-    .map((kb) => ({ id: kb.id, run: kb.index.last_run,
-      start: Date.parse(kb.index.last_run.started_at), end: Date.parse(kb.index.last_run.finished_at) }));
+  const runs = kbs.flatMap((kb) => runsOf(kb).map((run) => ({ id: kb.id, run,
+    start: Date.parse(run.started_at), seconds: Math.max(0, (Date.parse(run.finished_at) - Date.parse(run.started_at)) / 1000 || 0) })))
+    .sort((a, b) => (b.start || 0) - (a.start || 0)).slice(0, TIMELINE_ROWS);
   if (!runs.length) return el("p", { class: "muted" }, "No run finished yet.");
-  const width = 320, bar = 16, gap = 8, label = 100;
-  const first = Math.min(...runs.map((r) => r.start)), last = Math.max(...runs.map((r) => r.end || r.start));
-  const span = Math.max(last - first, 1000);
-  const chart = svg("svg", { width, height: runs.length * (bar + gap) + 18, role: "img" });
+  const width = 360, bar = 14, gap = 6, label = 130, room = 130;
+  const longest = Math.max(1, ...runs.map((r) => r.seconds));
+  const chart = svg("svg", { width, height: runs.length * (bar + gap) + 4, role: "img", class: "timeline" });
   runs.forEach((r, i) => {
-    const y = i * (bar + gap);
-    const x = label + (width - label - 10) * (r.start - first) / span;
-    const w = Math.max(3, (width - label - 10) * ((r.end || r.start) - r.start) / span);
-    const rect = svg("rect", { x, y, width: w, height: bar, fill: r.run.ok ? "#2e7d32" : "#c62828" });
-    rect.append(svg("title", {}, r.id + ": " + r.run.started_at + " → " + (r.run.finished_at || "?")));
-    chart.append(svg("text", { x: 0, y: y + 12, "font-size": 12 }, r.id), rect);
+    const y = i * (bar + gap), how = outcome(r.run), c = r.run.counts || {};
+    const length = Math.max(3, Math.round((width - label - room) * r.seconds / longest));
+    const rect = svg("rect", { x: label, y, width: length, height: bar, fill: RUN_COLOURS[how], "data-outcome": how });
+    rect.append(svg("title", {}, r.id + ": " + how + " (" + (r.run.started_by || "?") + ", " +
+      (r.run.scope || "full") + ") " + r.run.started_at + " → " + (r.run.finished_at || "?") +
+      (r.run.error ? " — " + r.run.error : "")));
+    chart.append(svg("text", { x: 0, y: y + 11, "font-size": 11 }, r.id + " " + clock(r.run.started_at)), rect,
+      svg("text", { x: label + length + 4, y: y + 11, "font-size": 11, class: "run-text" },
+        how + ", " + Math.round(r.seconds) + " s, " + (c.indexed ?? 0) + " indexed"));
   });
-  chart.append(svg("text", { x: label, y: runs.length * (bar + gap) + 12, "font-size": 10, fill: "#5d6873" },
-    new Date(first).toLocaleString() + " → " + Math.round(span / 1000) + " s"));
   return chart;
 }
 
