@@ -1,0 +1,103 @@
+"""Which code defines a name: the one rule by which a definition comes before its uses, for
+lines in `exact` mode and for chunks in `auto`.
+
+A query names a symbol when it is one identifier, possibly qualified (`parse_http`,
+`parseHttp`, `Parser.parse`, `pkg.mod.func`, `Foo::bar`, `bar()`); a query of several words is
+never one, so plain questions are left as they are. A line defines the name when it declares
+it (search's old `_definition` pattern, which `exact` used alone); a code chunk defines it when
+one of its lines does or when its symbol lines (codechunks.py keeps `<language> <kind>
+<symbol>` in its context) end with the name's parts. The name as written beats the name in
+another case (getURL before getUrl), and a line that declares it beats a chunk that only lies
+in its definition (the rest of a long function).
+
+Layer: query, below search.py; reads nothing itself (the caller passes lines and contexts).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import codechunks
+
+# -----------------------------------------------------------------------------
+DEFINING = ("def|class|function|func|fn|interface|struct|enum|trait|type|module|namespace|"
+            "object|record|sub|procedure|macro|impl|typedef|alias|let|const|var|val")
+NOT_TYPES = ("return|await|yield|throw|raise|new|delete|if|else|elif|while|for|case|not|and|"
+             "or|print|echo|assert|go|defer")  # words before a call that is no declaration
+_NAME = r"(?:[^\W\d]|\$)[\w$]*"  # an identifier: letters, digits, `_`, JavaScript's `$`
+_QUALIFIER = re.compile(r"\.|::|#|->")  # between the parts of a qualified name
+_SYMBOL_QUERY = re.compile(rf"{_NAME}(?:(?:\.|::|#|->){_NAME})*(?:\(\))?")
+MAX_NAME_CHARS = 200  # a longer "identifier" is pasted text, not a name to look up
+NOT_DEFINED = 6  # the tier of a chunk or line that does not define the name
+# -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Name:
+    """A query that names a symbol: as written (`Foo.bar`, without `()`) and its parts."""
+
+    written: str
+    parts: tuple[str, ...]  # ("Foo", "bar")
+
+
+def name_of(query: str) -> Name | None:
+    """The qualified name the query is, or None when it is not one identifier (any question
+    of two words or more)."""
+    text = query.strip()
+    if len(text) > MAX_NAME_CHARS or not _SYMBOL_QUERY.fullmatch(text):
+        return None
+    written = text.removesuffix("()")
+    return Name(written, tuple(_QUALIFIER.split(written)))
+
+
+@lru_cache(maxsize=64)
+def pattern(name: str, case_sensitive: bool = False) -> re.Pattern[str]:
+    """A line of code that defines `name`: after a defining keyword, assigned a function, or
+    declared C-style (a type before it, parameters after it, no `;` closing the line)."""
+    word = re.escape(name)
+    return re.compile(
+        rf"\b(?:{DEFINING})\s+[*&]?{word}\b"
+        rf"|(?<![\w.]){word}\s*[:=]\s*(?:async\s+)?(?:function\b|\(|lambda\b)"
+        rf"|^\s*(?!(?:{NOT_TYPES})\b)(?:[\w<>\[\],*&]+\s+)+{word}\s*\([^;]*$",
+        0 if case_sensitive else re.IGNORECASE)
+
+
+def line_tier(name: Name, line: str) -> int:
+    """0 when the line defines the name (`def bar`, `Foo.bar = function`) as written, 2 in
+    another case, else NOT_DEFINED (chunk_tier's scale)."""
+    words = dict.fromkeys((name.written, name.parts[-1]))
+    if any(pattern(word, True).search(line) for word in words):
+        return 0
+    return 2 if any(pattern(word).search(line) for word in words) else NOT_DEFINED
+
+
+def _ends_with(path: str, parts: tuple[str, ...], case_sensitive: bool) -> bool:
+    """The symbol path and the name agree on their common last parts: `core.Command.invoke`
+    for `invoke` and `Command.invoke`, and for `click.core.Command.invoke` too."""
+    have = tuple(_QUALIFIER.split(path))
+    if not case_sensitive:
+        have, parts = tuple(p.lower() for p in have), tuple(p.lower() for p in parts)
+    common = min(len(have), len(parts))
+    return have[-common:] == parts[-common:]
+
+
+def _names_symbol(parts: tuple[str, ...], context: str, case_sensitive: bool) -> bool:
+    """A symbol line of the chunk's context (not its file line) names it."""
+    return any(_ends_with(s["symbol"], parts, case_sensitive)
+               for s in codechunks.symbols(context) if s["kind"] != "file")
+
+
+def chunk_tier(name: Name, text: str, context: str) -> int:
+    """How surely a code chunk defines the name, 0 best, NOT_DEFINED when it does not: as
+    written before in another case; then a line of it that declares the name's last part
+    (`def bar`) with its symbol lines naming it, such a line alone (`bar = (...)` may be a
+    value; a qualified name needs both), its symbol lines alone (it lies in the definition)."""
+    line = min((line_tier(name, row) for row in text.splitlines()), default=NOT_DEFINED)
+    cased = _names_symbol(name.parts, context, True)
+    folded = cased or _names_symbol(name.parts, context, False)
+    single = len(name.parts) == 1
+    tiers = ((line == 0 and cased), (line == 0 and single), cased,
+             (line <= 2 and folded), (line <= 2 and single), folded)
+    return next((n for n, holds in enumerate(tiers) if holds), NOT_DEFINED)
