@@ -5,6 +5,7 @@
     python -m bench code --embedding '{...}'  # the KBs' embedding block, as evaluate.py takes
     python -m bench code --js NPM/node_modules/glob --js ...   # also JavaScript packages
     python -m bench code --chunkers default,windows-20         # windows of another size
+    python -m bench code --sets identifiers --chunkers default  # only names as queries
 
 The set is built from code nobody here wrote: the .py files of PACKAGES, installed in the venv
 that runs the bench, every file under each package folder in path order (no tests, vendored
@@ -82,6 +83,7 @@ CUTOFFS = (1, 5)  # hit@k reported
 MRR_CUTOFF = 10  # MRR@10; also the hits asked of search() per query
 COPY_FOLDER = "pysrc"  # the copies' folder, so source names are `pysrc/<package>/<file>`
 CHUNKERS = ("windows", "default")
+SETS = ("code search", "identifiers")  # the query sets, as --sets names them
 _JS_FUNCTION = re.compile(  # a named function or a class's method on a line of its own
     r"(?P<indent>\s*)(?:export\s+)?(?:(?:static|async|get|set)\s+)*"
     r"(?:function\s*\*?\s*(?P<function>[A-Za-z_$][\w$]*)|#?(?P<method>[A-Za-z_$][\w$]*))"
@@ -477,8 +479,11 @@ def build(code_set: CodeSet, chunker: str, cache: Path,
 # ----------------------------------------------------------------------------- main
 
 
-def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str) -> list[str]:
-    """The tables of one KB: code search and identifiers, per language."""
+def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str,
+        wanted: tuple[str, ...] = SETS) -> list[str]:
+    """The tables of one KB: code search and identifiers (those of `wanted`), per language.
+    Identifiers also get `auto` without its definitions-first rule (search.py), to show what
+    the rule does."""
     sources = source_names(code_set.files)
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
@@ -486,10 +491,13 @@ def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str) -> list[str]:
     try:
         searcher = search.Searcher(conn, evaluate.CachedEmbeddings(store))
         own = evaluate.methods(kb, ["vector", "default"])
+        auto = next(kwargs for name, kwargs in own.items() if name.startswith("default"))
+        named = {**own, "no definitions first": {**auto, "definitions_first": False},
+                 "exact": {"mode": "exact"}}
         sets = (("code search", code_set.searches, own),
-                ("identifiers", code_set.identifiers, {**own, "exact": {"mode": "exact"}}))
+                ("identifiers", code_set.identifiers, named))
         for lang in LIMITS:
-            for title, queries, methods in sets:
+            for title, queries, methods in (s for s in sets if s[0] in wanted):
                 chosen = [q for q in queries if language(q.path) == lang and (
                     split == "all" or evaluate.in_dev_half(q.qid) == (split == "dev"))]
                 if chosen:
@@ -522,9 +530,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="also this JavaScript package's folder (its .js files), e.g. "
                              "one of npm's own node_modules; repeat for more (default: "
                              "Python only)")
+    parser.add_argument("--sets", type=lambda text: tuple(text.split(",")), default=SETS,
+                        help="the query sets to run, comma-separated: 'code search', "
+                             "identifiers (default: both)")
     parser.add_argument("--dump", type=Path, default=None,
                         help="also write the queries and answers to this JSON file")
     args = parser.parse_args(argv)
+    if set(args.sets) - set(SETS):
+        parser.error(f"--sets {','.join(args.sets)}: name {' or '.join(SETS)}")
     for chunker in set(args.chunkers) - {"default"}:
         try:
             window_size(chunker)
@@ -544,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
                              encoding="utf-8")
     lines = [f"code set: {len(code_set.files)} files of {versions(PACKAGES)}", ""]
     for chunker in args.chunkers:
-        lines += run(build(code_set, chunker, args.cache, args.embedding), code_set, args.split)
+        lines += run(build(code_set, chunker, args.cache, args.embedding), code_set, args.split,
+                     args.sets)
     print("\n".join(lines))
     return 0
 
