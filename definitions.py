@@ -83,21 +83,26 @@ def _ends_with(path: str, parts: tuple[str, ...], case_sensitive: bool) -> bool:
     return have[-common:] == parts[-common:]
 
 
-def _names_symbol(parts: tuple[str, ...], context: str, case_sensitive: bool) -> bool:
-    """A symbol line of the chunk's context (not its file line) names it."""
-    return any(_ends_with(s["symbol"], parts, case_sensitive)
-               for s in codechunks.symbols(context) if s["kind"] != "file")
+def _naming_symbol(parts: tuple[str, ...], context: str, case_sensitive: bool) -> int | None:
+    """Which of the chunk's symbol lines (file lines aside, 0 = its first) names the name
+    first; None when none does."""
+    paths = [s["symbol"] for s in codechunks.symbols(context) if s["kind"] != "file"]
+    return next((n for n, path in enumerate(paths) if _ends_with(path, parts, case_sensitive)),
+                None)
 
 
-def chunk_tier(name: Name, text: str, context: str) -> int:
-    """How surely a code chunk defines the name, 0 best, NOT_DEFINED when it does not: as
-    written before in another case; then a line of it that declares the name's last part
-    (`def bar`) with its symbol lines naming it, such a line alone (`bar = (...)` may be a
-    value; a qualified name needs both), its symbol lines alone (it lies in the definition)."""
+def chunk_rank(name: Name, text: str, context: str) -> tuple[int, int]:
+    """How surely a code chunk defines the name, (0, 0) best; its tier is NOT_DEFINED when
+    it does not. Tiers: as written before in another case; then a line of it that declares
+    the name's last part (`def bar`) with its symbol lines naming it, such a line alone
+    (`bar = (...)` may be a value; a qualified name needs both), its symbol lines alone (it
+    lies in the definition). Within a tier, a chunk about the name (its first symbol line)
+    before one that holds it among others (nested in `join`, the second of two functions)."""
     line = min((line_tier(name, row) for row in text.splitlines()), default=NOT_DEFINED)
-    cased = _names_symbol(name.parts, context, True)
-    folded = cased or _names_symbol(name.parts, context, False)
+    cased = _naming_symbol(name.parts, context, True)
+    folded = cased if cased is not None else _naming_symbol(name.parts, context, False)
     single = len(name.parts) == 1
-    tiers = ((line == 0 and cased), (line == 0 and single), cased,
-             (line <= 2 and folded), (line <= 2 and single), folded)
-    return next((n for n, holds in enumerate(tiers) if holds), NOT_DEFINED)
+    tiers = ((line == 0 and cased is not None), (line == 0 and single), cased is not None,
+             (line <= 2 and folded is not None), (line <= 2 and single), folded is not None)
+    tier = next((n for n, holds in enumerate(tiers) if holds), NOT_DEFINED)
+    return tier, (folded if folded is not None else codechunks.MAX_SYMBOLS)

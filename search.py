@@ -204,12 +204,12 @@ class Searcher:
         extra = [(cand, 0.0) for cand, context in self._defining_chunks(name, source)
                  if cand.row["chunk_id"] not in contexts and not contexts.update(
                      {cand.row["chunk_id"]: context})]
-        tiers = {cid: definitions.chunk_tier(name, cand.row["text"], contexts[cid])
+        ranks = {cid: definitions.chunk_rank(name, cand.row["text"], contexts[cid])
                  for cand, _ in found + extra if (cid := cand.row["chunk_id"]) in contexts}
         lifted = sorted((pair for pair in found + extra
-                         if tiers.get(pair[0].row["chunk_id"], definitions.NOT_DEFINED)
+                         if ranks.get(pair[0].row["chunk_id"], (definitions.NOT_DEFINED,))[0]
                          < definitions.NOT_DEFINED),
-                        key=lambda pair: tiers[pair[0].row["chunk_id"]])
+                        key=lambda pair: ranks[pair[0].row["chunk_id"]])
         if not lifted:
             return ranked
         best = found[0][1]

@@ -198,11 +198,23 @@ def test_which_queries_name_a_symbol(query, parts):
 def test_a_chunk_is_ranked_by_how_surely_it_defines_the_name():
     name = definitions.name_of("Reader.read")
     context = "python method io.Reader.read"
-    assert definitions.chunk_tier(name, "    def read(self):", context) == 0
-    assert definitions.chunk_tier(name, "    def READ(self):", context.upper()) == 3
-    assert definitions.chunk_tier(name, "    def READ(self):", context) == 2  # symbol as written
-    assert definitions.chunk_tier(name, "        return 1", context) == 2  # lies in it
-    assert definitions.chunk_tier(name, "    def read(self):", "python method io.Other.read") \
+
+    def tier(text: str, context: str, query: definitions.Name = name) -> int:
+        return definitions.chunk_rank(query, text, context)[0]
+    assert tier("    def read(self):", context) == 0
+    assert tier("    def READ(self):", context.upper()) == 3
+    assert tier("    def READ(self):", context) == 2  # the symbol as written
+    assert tier("        return 1", context) == 2  # it lies in the definition
+    assert tier("    def read(self):", "python method io.Other.read") \
         == definitions.NOT_DEFINED  # another class's read
-    assert definitions.chunk_tier(definitions.name_of("io"), "import io", "python file io") \
+    assert tier("import io", "python file io", definitions.name_of("io")) \
         == definitions.NOT_DEFINED  # a file's own line names no definition
+
+
+def test_a_chunk_about_the_name_comes_before_one_that_holds_it_among_others():
+    name = definitions.name_of("iter_text")
+    about = definitions.chunk_rank(name, "    def iter_text(self):",
+                                   "python method models.Response.iter_text")
+    nested = definitions.chunk_rank(name, "        def iter_text():", "python method text.Text."
+                                    "join\npython function text.Text.join.iter_text")
+    assert about[0] == nested[0] == 0 and about < nested
