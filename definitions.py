@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
 import codechunks
 
@@ -52,25 +51,33 @@ def name_of(query: str) -> Name | None:
     return Name(written, tuple(_QUALIFIER.split(written)))
 
 
-@lru_cache(maxsize=64)
-def pattern(name: str, case_sensitive: bool = False) -> re.Pattern[str]:
-    """A line of code that defines `name`: after a defining keyword, assigned a function, or
-    declared C-style (a type before it, parameters after it, no `;` closing the line)."""
-    word = re.escape(name)
-    return re.compile(
-        rf"\b(?:{DEFINING})\s+[*&]?{word}\b"
-        rf"|(?<![\w.]){word}\s*[:=]\s*(?:async\s+)?(?:function\b|\(|lambda\b)"
-        rf"|^\s*(?!(?:{NOT_TYPES})\b)(?:[\w<>\[\],*&]+\s+)+{word}\s*\([^;]*$",
-        0 if case_sensitive else re.IGNORECASE)
+# a line of code that declares a name: after a defining keyword, assigned a function, or
+# declared C-style (a type before it, parameters after it, no `;` closing the line); keywords
+# in any case (SQL's CREATE FUNCTION), the name compared by line_tier
+_DECLARES = re.compile(
+    rf"\b(?:{DEFINING})\s+[*&]?(?P<keyword>{_NAME})(?![\w$])"
+    rf"|(?<![\w.])(?P<assigned>{_NAME}(?:\.{_NAME})*)\s*[:=]\s*(?:async\s+)?"
+    rf"(?:function\b|\(|lambda\b)"
+    rf"|^\s*(?!(?:{NOT_TYPES})\b)(?:[\w<>\[\],*&]+\s+)+(?P<declared>{_NAME})\s*\([^;]*$",
+    re.IGNORECASE)
+
+
+def declared(line: str) -> set[str]:
+    """The names the line declares (`def parse_x(` -> {"parse_x"})."""
+    return {name for match in _DECLARES.finditer(line) for name in match.groups() if name}
 
 
 def line_tier(name: Name, line: str) -> int:
     """0 when the line defines the name (`def bar`, `Foo.bar = function`) as written, 2 in
-    another case, else NOT_DEFINED (chunk_tier's scale)."""
-    words = dict.fromkeys((name.written, name.parts[-1]))
-    if any(pattern(word, True).search(line) for word in words):
+    another case, else NOT_DEFINED (chunk_rank's scale)."""
+    if name.parts[-1].lower() not in line.lower():
+        return NOT_DEFINED  # most lines: no need to parse them
+    names = declared(line)
+    words = (name.written, name.parts[-1])
+    if any(word in names for word in words):
         return 0
-    return 2 if any(pattern(word).search(line) for word in words) else NOT_DEFINED
+    folded = {n.lower() for n in names}
+    return 2 if any(word.lower() in folded for word in words) else NOT_DEFINED
 
 
 def _ends_with(path: str, parts: tuple[str, ...], case_sensitive: bool) -> bool:
@@ -98,7 +105,8 @@ def chunk_rank(name: Name, text: str, context: str) -> tuple[int, int]:
     (`bar = (...)` may be a value; a qualified name needs both), its symbol lines alone (it
     lies in the definition). Within a tier, a chunk about the name (its first symbol line)
     before one that holds it among others (nested in `join`, the second of two functions)."""
-    line = min((line_tier(name, row) for row in text.splitlines()), default=NOT_DEFINED)
+    line = min((line_tier(name, row) for row in text.splitlines()), default=NOT_DEFINED) \
+        if name.parts[-1].lower() in text.lower() else NOT_DEFINED
     cased = _naming_symbol(name.parts, context, True)
     folded = cased if cased is not None else _naming_symbol(name.parts, context, False)
     single = len(name.parts) == 1
