@@ -6,6 +6,7 @@
     python -m bench code --js NPM/node_modules/glob --js ...   # also JavaScript packages
     python -m bench code --chunkers default,windows-20         # windows of another size
     python -m bench code --sets identifiers --chunkers default  # only names as queries
+    python -m bench code --min-lines 65      # every hit scored as if 65 lines: one hit size
 
 The set is built from code nobody here wrote: the .py files of PACKAGES, installed in the venv
 that runs the bench, every file under each package folder in path order (no tests, vendored
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import hashlib
 import importlib.metadata
 import inspect
@@ -346,14 +348,26 @@ def score_names() -> tuple[str, ...]:
     return (*(f"hit@{k}" for k in CUTOFFS), f"MRR@{MRR_CUTOFF}", f"lines@{max(CUTOFFS)}")
 
 
+def widened(hit: hits.Hit, lines: int) -> hits.Hit:
+    """The hit as if it held at least `lines` lines, centred on its own (from line 1 at the
+    least): --min-lines, to compare chunkers at one hit size, since any overlap counts."""
+    size = hit.line_end - hit.line_start + 1
+    if size >= lines:
+        return hit
+    first = max(1, hit.line_start - (lines - size) // 2)
+    return dataclasses.replace(hit, line_start=first, line_end=first + lines - 1)
+
+
 def measure(searcher: search.Searcher, queries: list[Query], sources: dict[str, str],
-            methods: dict[str, dict]) -> dict[str, list[tuple[float, ...]]]:
-    """Per method, the scores of every query, in query order."""
+            methods: dict[str, dict], min_lines: int = 0) -> dict[str, list[tuple[float, ...]]]:
+    """Per method, the scores of every query, in query order (each hit widened to
+    `min_lines`)."""
     table: dict[str, list[tuple[float, ...]]] = {name: [] for name in methods}
     start = time.perf_counter()
     for n, query in enumerate(queries, 1):
         for name, kwargs in methods.items():
-            found = searcher.search(query.text, MRR_CUTOFF, **kwargs)
+            found = [widened(hit, min_lines)
+                     for hit in searcher.search(query.text, MRR_CUTOFF, **kwargs)]
             table[name].append(scores(found, query, sources[query.path]))
         if n % 100 == 0 or n == len(queries):
             print(f"  {n}/{len(queries)} queries, {time.perf_counter() - start:.0f} s",
@@ -480,7 +494,7 @@ def build(code_set: CodeSet, chunker: str, cache: Path,
 
 
 def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str,
-        wanted: tuple[str, ...] = SETS) -> list[str]:
+        wanted: tuple[str, ...] = SETS, min_lines: int = 0) -> list[str]:
     """The tables of one KB: code search and identifiers (those of `wanted`), per language.
     Identifiers also get `auto` without its definitions-first rule (search.py), to show what
     the rule does."""
@@ -502,7 +516,7 @@ def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str,
                     split == "all" or evaluate.in_dev_half(q.qid) == (split == "dev"))]
                 if chosen:
                     print(f"{kb.id} {title} ({lang}): {len(chosen)} queries", file=sys.stderr)
-                    table = measure(searcher, chosen, sources, methods)
+                    table = measure(searcher, chosen, sources, methods, min_lines)
                     out += [f"{title} ({lang}), {kb.id} ({split}: {len(chosen)} queries; KB "
                             f"{fulltext.counts(conn)})", evaluate.table(table, score_names()),
                             ""]
@@ -533,6 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", type=lambda text: tuple(text.split(",")), default=SETS,
                         help="the query sets to run, comma-separated: 'code search', "
                              "identifiers (default: both)")
+    parser.add_argument("--min-lines", type=int, default=0,
+                        help="score each hit as if it held at least this many lines, centred "
+                             "on its own: chunkers compared at one hit size (default: as is)")
     parser.add_argument("--dump", type=Path, default=None,
                         help="also write the queries and answers to this JSON file")
     args = parser.parse_args(argv)
@@ -558,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"code set: {len(code_set.files)} files of {versions(PACKAGES)}", ""]
     for chunker in args.chunkers:
         lines += run(build(code_set, chunker, args.cache, args.embedding), code_set, args.split,
-                     args.sets)
+                     args.sets, args.min_lines)
     print("\n".join(lines))
     return 0
 
