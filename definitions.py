@@ -4,11 +4,11 @@ lines in `exact` mode and for chunks in `auto`.
 A query names a symbol when it is one identifier, possibly qualified (`parse_http`,
 `parseHttp`, `Parser.parse`, `pkg.mod.func`, `Foo::bar`, `bar()`); a query of several words is
 never one, so plain questions are left as they are. A line defines the name when it declares
-it (search's old `_definition` pattern, which `exact` used alone); a code chunk defines it when
-one of its lines does or when its symbol lines (codechunks.py keeps `<language> <kind>
-<symbol>` in its context) end with the name's parts. The name as written beats the name in
-another case (getURL before getUrl), and a line that declares it beats a chunk that only lies
-in its definition (the rest of a long function).
+it (after a defining keyword, assigned a function, or declared C-style); a code chunk defines
+it when one of its lines does or when its symbol lines (codechunks.py keeps `<language>
+<kind> <symbol>` in its context) end with the name's parts. The name as written beats the
+name in another case (getURL before getUrl), and a line that declares it beats a chunk that
+only lies in its definition (the rest of a long function).
 
 Layer: query, below search.py; reads nothing itself (the caller passes lines and contexts).
 """

@@ -14,6 +14,8 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
   source fills the whole top 5 while another source scores close.
 - Document-aware (`auto`): each chunk's score is blended with how well its source's file name
   matches the question (titles.py), so the right filing among look-alikes comes first.
+- Definitions first (`auto`): a query that is one name (`parse_http`, `Parser.parse`) gets
+  the code chunks that define it at the top (definitions.py, the rule `exact` uses for lines).
 - `exact` mode: raw lines containing the query as a substring (names, codes, numbers).
 
 Layer: query: the two legs, their fusion (fusion.py) and merged hits; above storage, below
@@ -191,7 +193,7 @@ class Searcher:
     def _definitions_lifted(self, query: str, ranked: list[tuple[Candidate, float]],
                             source: fulltext.Sources) -> list[tuple[Candidate, float]]:
         """When the query is one name (definitions.name_of) and code answers it, the code
-        chunks that define it first, surest first (definitions.chunk_tier), each at least the
+        chunks that define it first, surest first (definitions.chunk_rank), each at least the
         best score, the ones the legs missed among them (_defining_chunks); every other
         question, and every answer without code, keeps its ranking as it is."""
         name = definitions.name_of(query)
@@ -201,9 +203,11 @@ class Searcher:
         contexts = self._code_contexts([cand.row["chunk_id"] for cand, _ in found])
         if not contexts:
             return ranked
-        extra = [(cand, 0.0) for cand, context in self._defining_chunks(name, source)
-                 if cand.row["chunk_id"] not in contexts and not contexts.update(
-                     {cand.row["chunk_id"]: context})]
+        extra = []
+        for cand, context in self._defining_chunks(name, source):
+            if cand.row["chunk_id"] not in contexts:
+                contexts[cand.row["chunk_id"]] = context
+                extra.append((cand, 0.0))
         ranks = {cid: definitions.chunk_rank(name, cand.row["text"], contexts[cid])
                  for cand, _ in found + extra if (cid := cand.row["chunk_id"]) in contexts}
         lifted = sorted((pair for pair in found + extra
@@ -355,7 +359,7 @@ class Searcher:
         return embedding
 
     def _exact(self, queries: list[str], top_k: int, source: fulltext.Sources,
-               case_sensitive: bool = False, definitions_first: bool = True) -> list[Hit]:
+               case_sensitive: bool = False) -> list[Hit]:
         """Lines holding any of the queries as written, in document order except that a
         line of source code defining one comes first; consecutive matching lines of a page
         become one hit."""
