@@ -49,6 +49,7 @@ EXACT_LINES = 200  # matching lines `exact` reads a query, so a definition far d
 DEFINER_LINES = 5000  # lines holding a name `auto` reads for its definitions (all 2,115
 # holding `text` in the code bench's 116,000 lines: 4 ms) ...
 MAX_DEFINERS = 20  # ... and the defining lines whose chunks it adds to the legs' candidates
+DEFINER_WIDTH = 300  # characters of each such line read: a declaration starts its line
 # a search narrowed to sources with at most this many embedded chunks scores each of them
 # (their stored vectors): Chroma's filtered HNSW search missed chunks of a small allowed set
 EXACT_VECTOR_CHUNKS = 10_000
@@ -236,7 +237,7 @@ class Searcher:
         definition neither leg ranked among its CANDIDATES (a class named `Text` in a library
         about text) still comes first."""
         lines = [row for row in fulltext.exact_search(self.conn, name.parts[-1], DEFINER_LINES,
-                                                      source, width=limits.MAX_LINE_CHARS,
+                                                      source, width=DEFINER_WIDTH,
                                                       case_sensitive=True)
                  if definitions.line_tier(name, row["text"]) == 0][:MAX_DEFINERS]
         found: dict[str, tuple[Candidate, str]] = {}

@@ -142,6 +142,13 @@ def test_the_name_as_written_comes_before_another_case(repo, query, line, other)
     assert second.line_start <= other <= second.line_end  # the other case next
 
 
+def test_exact_lists_the_definition_as_written_then_in_another_case_then_uses(repo):
+    found = repo.search("parseHTTPResponse", 5, "exact")
+    assert [(h.source, h.line_start) for h in found[:2]] == [("repo/web/client.js", 9),
+                                                             ("repo/web/client.js", 2)]
+    assert {h.source for h in found[2:]} <= {"repo/web/client.js", "repo/README.md"}
+
+
 @pytest.mark.parametrize("query", ["parse the http response headers", "read more bytes",
                                    "status line and headers"])
 def test_a_question_in_words_ranks_as_with_the_rule_off(repo, query):
