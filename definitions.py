@@ -25,6 +25,8 @@ DEFINING = ("def|class|function|func|fn|interface|struct|enum|trait|type|module|
             "object|record|sub|procedure|macro|impl|typedef|alias|let|const|var|val")
 NOT_TYPES = ("return|await|yield|throw|raise|new|delete|if|else|elif|while|for|case|not|and|"
              "or|print|echo|assert|go|defer")  # words before a call that is no declaration
+MODIFIERS = "static|async|get|set|public|private|protected|override|readonly|abstract"
+NOT_METHODS = "if|for|while|switch|catch|with|function|return"  # `if (x) {` is no method
 _NAME = r"(?:[^\W\d]|\$)[\w$]*"  # an identifier: letters, digits, `_`, JavaScript's `$`
 _QUALIFIER = re.compile(r"\.|::|#|->")  # between the parts of a qualified name
 _SYMBOL_QUERY = re.compile(rf"{_NAME}(?:(?:\.|::|#|->){_NAME})*(?:\(\))?")
@@ -51,14 +53,17 @@ def name_of(query: str) -> Name | None:
     return Name(written, tuple(_QUALIFIER.split(written)))
 
 
-# a line of code that declares a name: after a defining keyword, assigned a function, or
-# declared C-style (a type before it, parameters after it, no `;` closing the line); keywords
+# a line of code that declares a name: after a defining keyword, assigned a function,
+# declared C-style (a type before it, parameters after it, no `;` closing the line), or a
+# method's head alone on its line (JavaScript's `read(n) {`, `get path() {`); keywords
 # in any case (SQL's CREATE FUNCTION), the name compared by line_tier
 _DECLARES = re.compile(
     rf"\b(?:{DEFINING})\s+[*&]?(?P<keyword>{_NAME})(?![\w$])"
     rf"|(?<![\w.])(?P<assigned>{_NAME}(?:\.{_NAME})*)\s*[:=]\s*(?:async\s+)?"
     rf"(?:function\b|\(|lambda\b)"
-    rf"|^\s*(?!(?:{NOT_TYPES})\b)(?:[\w<>\[\],*&]+\s+)+(?P<declared>{_NAME})\s*\([^;]*$",
+    rf"|^\s*(?!(?:{NOT_TYPES})\b)(?:[\w<>\[\],*&]+\s+)+(?P<declared>{_NAME})\s*\([^;]*$"
+    rf"|^\s*(?:(?:{MODIFIERS})\s+)*\*?#?(?!(?:{NOT_METHODS})\b)(?P<method>{_NAME})\s*"
+    r"\([^;]*\)\s*(?::[^;{]*)?\{\s*$",
     re.IGNORECASE)
 
 
@@ -101,16 +106,17 @@ def _naming_symbol(parts: tuple[str, ...], context: str, case_sensitive: bool) -
 def chunk_rank(name: Name, text: str, context: str) -> tuple[int, int]:
     """How surely a code chunk defines the name, (0, 0) best; its tier is NOT_DEFINED when
     it does not. Tiers: as written before in another case; then a line of it that declares
-    the name's last part (`def bar`) with its symbol lines naming it, such a line alone
-    (`bar = (...)` may be a value; a qualified name needs both), its symbol lines alone (it
-    lies in the definition). Within a tier, a chunk about the name (its first symbol line)
-    before one that holds it among others (nested in `join`, the second of two functions)."""
+    the name's last part (`def bar`) with its symbol lines naming it, its symbol lines alone
+    (the syntax tree says it is, or lies in, the definition), such a line alone (`const bar =
+    x` may be any variable; a qualified name needs the symbol). Within a tier, a chunk about
+    the name (its first symbol line) before one that holds it among others (nested in `join`,
+    the second of two functions)."""
     line = min((line_tier(name, row) for row in text.splitlines()), default=NOT_DEFINED) \
         if name.parts[-1].lower() in text.lower() else NOT_DEFINED
     cased = _naming_symbol(name.parts, context, True)
     folded = cased if cased is not None else _naming_symbol(name.parts, context, False)
     single = len(name.parts) == 1
-    tiers = ((line == 0 and cased is not None), (line == 0 and single), cased is not None,
-             (line <= 2 and folded is not None), (line <= 2 and single), folded is not None)
+    tiers = ((line == 0 and cased is not None), cased is not None, (line == 0 and single),
+             (line <= 2 and folded is not None), folded is not None, (line <= 2 and single))
     tier = next((n for n, holds in enumerate(tiers) if holds), NOT_DEFINED)
     return tier, (folded if folded is not None else codechunks.MAX_SYMBOLS)

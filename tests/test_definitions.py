@@ -210,8 +210,12 @@ def test_a_chunk_is_ranked_by_how_surely_it_defines_the_name():
         return definitions.chunk_rank(query, text, context)[0]
     assert tier("    def read(self):", context) == 0
     assert tier("    def READ(self):", context.upper()) == 3
-    assert tier("    def READ(self):", context) == 2  # the symbol as written
-    assert tier("        return 1", context) == 2  # it lies in the definition
+    assert tier("    def READ(self):", context) == 1  # the symbol as written
+    assert tier("        return 1", context) == 1  # it lies in the definition
+    read = definitions.name_of("read")
+    assert tier("  const read = x;", "javascript function io.open", read) == 2  # a variable
+    assert tier("  read(n) {", "", read) == 2  # a JavaScript method's head
+    assert tier("  if (read) {", "", read) == definitions.NOT_DEFINED
     assert tier("    def read(self):", "python method io.Other.read") \
         == definitions.NOT_DEFINED  # another class's read
     assert tier("import io", "python file io", definitions.name_of("io")) \
