@@ -14,6 +14,8 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
   source fills the whole top 5 while another source scores close.
 - Document-aware (`auto`): each chunk's score is blended with how well its source's file name
   matches the question (titles.py), so the right filing among look-alikes comes first.
+- Definitions first (`auto`): a query that is one name (`parse_http`, `Parser.parse`) gets
+  the code chunks that define it at the top (definitions.py, the rule `exact` uses for lines).
 - `exact` mode: raw lines containing the query as a substring (names, codes, numbers).
 
 Layer: query: the two legs, their fusion (fusion.py) and merged hits; above storage, below
@@ -22,13 +24,13 @@ the server.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import Literal
 
+import definitions
 import fulltext
 import limits
 import titles
@@ -44,6 +46,10 @@ DIVERSITY_CLOSE = 0.5  # "close" = at least this share of the best score
 MMR_POOL = 3  # with `diversity`, hits considered per hit returned
 SAME_SOURCE_LIKENESS = 0.5  # with `diversity`, two hits of one source are at least this alike
 EXACT_LINES = 200  # matching lines `exact` reads a query, so a definition far down is in them
+DEFINER_LINES = 5000  # lines holding a name `auto` reads for its definitions (all 2,115
+# holding `text` in the code bench's 116,000 lines: 4 ms) ...
+MAX_DEFINERS = 20  # ... and the defining lines whose chunks it adds to the legs' candidates
+DEFINER_WIDTH = 300  # characters of each such line read: a declaration starts its line
 # a search narrowed to sources with at most this many embedded chunks scores each of them
 # (their stored vectors): Chroma's filtered HNSW search missed chunks of a small allowed set
 EXACT_VECTOR_CHUNKS = 10_000
@@ -104,23 +110,6 @@ def _across(lists: list[list[tuple[Candidate, float]]]) -> tuple[list[tuple[Cand
     return ranked, found_by
 
 
-DEFINING = ("def|class|function|func|fn|interface|struct|enum|trait|type|module|namespace|"
-            "object|record|sub|procedure|macro|impl|typedef|alias|let|const|var|val")
-NOT_TYPES = ("return|await|yield|throw|raise|new|delete|if|else|elif|while|for|case|not|and|"
-             "or|print|echo|assert|go|defer")  # words before a call that is no declaration
-
-
-def _definition(name: str) -> re.Pattern[str]:
-    """A line of code that defines `name`: after a defining keyword, assigned a function, or
-    declared C-style (a type before it, parameters after it, no `;` closing the line)."""
-    word = re.escape(name)
-    return re.compile(
-        rf"\b(?:{DEFINING})\s+[*&]?{word}\b"
-        rf"|(?<![\w.]){word}\s*[:=]\s*(?:async\s+)?(?:function\b|\(|lambda\b)"
-        rf"|^\s*(?!(?:{NOT_TYPES})\b)(?:[\w<>\[\],*&]+\s+)+{word}\s*\([^;]*$",
-        re.IGNORECASE)
-
-
 class Searcher:
     """Search one KB. The embedder and Chroma are only touched by a vector or hybrid search."""
 
@@ -140,19 +129,23 @@ class Searcher:
                title_weight: float = titles.TITLE_WEIGHT, diversity: float = 0.0,
                variants: Sequence[str] = (),
                vectors: Mapping[str, list[float]] | None = None,
-               case_sensitive: bool = False) -> list[Hit]:
+               case_sensitive: bool = False, definitions_first: bool = True) -> list[Hit]:
         """The hits. `embedding` is the query's vector when the caller made it already;
         `title_weight` the share of the file-name match in `auto` (titles.py; 0 = off);
         `diversity` MMR's lambda (0 = only the per-source rule of _diversify); `variants`
         more phrasings of the question, searched alike and fused with it by reciprocal rank
         (`vectors` holds their embeddings when the caller made them); `case_sensitive` is
-        for `exact` mode."""
+        for `exact` mode; `definitions_first` (auto) puts the code chunks that define a
+        query that is one name first (definitions.py; False = off)."""
         queries = [query, *dict.fromkeys(v for v in variants if v != query)]
         if mode == "exact":
             return self._exact(queries, top_k, source, case_sensitive)
         vectors = {**(vectors or {}), **({query: embedding} if embedding else {})}
         lists = [self._ranked(q, mode, source, fusion, vector_weight, vectors.get(q),
                               title_weight) for q in queries]
+        if mode == "auto" and definitions_first:
+            lists = [self._definitions_lifted(q, ranked, source)
+                     for q, ranked in zip(queries, lists, strict=True)]
         ranked, found_by = (lists[0], None) if len(lists) == 1 else _across(lists)
         pool = top_k * MMR_POOL if diversity > 0 else top_k + DIVERSITY_TOP
         hits: list[Hit] = []
@@ -197,6 +190,65 @@ class Searcher:
         if mode == "auto" and title_weight > 0:
             ranked = self._with_titles(query, tokens, ranked, title_weight)
         return ranked
+
+    def _definitions_lifted(self, query: str, ranked: list[tuple[Candidate, float]],
+                            source: fulltext.Sources) -> list[tuple[Candidate, float]]:
+        """When the query is one name (definitions.name_of) and code answers it, the code
+        chunks that define it first, surest first (definitions.chunk_rank), each at least the
+        best score, the ones the legs missed among them (_defining_chunks); every other
+        question, and every answer without code, keeps its ranking as it is."""
+        name = definitions.name_of(query)
+        found = [pair for pair in ranked if pair[1] > 0]
+        if name is None or not found:
+            return ranked
+        contexts = self._code_contexts([cand.row["chunk_id"] for cand, _ in found])
+        if not contexts:
+            return ranked
+        extra = []
+        for cand, context in self._defining_chunks(name, source):
+            if cand.row["chunk_id"] not in contexts:
+                contexts[cand.row["chunk_id"]] = context
+                extra.append((cand, 0.0))
+        ranks = {cid: definitions.chunk_rank(name, cand.row["text"], contexts[cid])
+                 for cand, _ in found + extra if (cid := cand.row["chunk_id"]) in contexts}
+        lifted = sorted((pair for pair in found + extra
+                         if ranks.get(pair[0].row["chunk_id"], (definitions.NOT_DEFINED,))[0]
+                         < definitions.NOT_DEFINED),
+                        key=lambda pair: ranks[pair[0].row["chunk_id"]])
+        if not lifted:
+            return ranked
+        best = found[0][1]
+        chosen = {id(cand) for cand, _ in lifted}
+        return [(cand, max(score, best)) for cand, score in lifted] + \
+            [pair for pair in ranked if id(pair[0]) not in chosen]
+
+    def _code_contexts(self, chunk_ids: list[str]) -> dict[str, str]:
+        """chunk id -> its own context (codechunks' symbol lines), for the chunks of code
+        sources among these."""
+        marks = ",".join("?" * len(chunk_ids))
+        return dict(self.conn.execute(
+            "SELECT c.chunk_id, c.context FROM chunks c JOIN sources s ON s.id = c.source_id"
+            f" WHERE c.chunk_id IN ({marks}) AND s.parser LIKE 'code:%'", chunk_ids))
+
+    def _defining_chunks(self, name: definitions.Name,
+                         source: fulltext.Sources) -> list[tuple[Candidate, str]]:
+        """The chunks (and contexts) of code sources with a line that defines the name as
+        written, among the first DEFINER_LINES lines holding it, at most MAX_DEFINERS: a
+        definition neither leg ranked among its CANDIDATES (a class named `Text` in a library
+        about text) still comes first."""
+        lines = [row for row in fulltext.exact_search(self.conn, name.parts[-1], DEFINER_LINES,
+                                                      source, width=DEFINER_WIDTH,
+                                                      case_sensitive=True)
+                 if definitions.line_tier(name, row["text"]) == 0][:MAX_DEFINERS]
+        found: dict[str, tuple[Candidate, str]] = {}
+        for line in lines:
+            for row in self.conn.execute(
+                    f"SELECT {fulltext.CHUNK_COLUMNS}, c.context FROM chunks c JOIN sources s"
+                    " ON s.id = c.source_id WHERE s.name = ? AND c.page = ? AND c.line_start"
+                    " <= ? AND c.line_end >= ? AND s.parser LIKE 'code:%'",
+                    (line["source"], line["page"], line["line"], line["line"])):
+                found.setdefault(row["chunk_id"], (Candidate(row), row["context"]))
+        return list(found.values())
 
     def _mmr(self, hits: list[Hit], top_k: int, diversity: float) -> list[Hit]:
         """Maximal marginal relevance: each next hit is the one whose relevance (its score over
@@ -348,9 +400,9 @@ class Searcher:
             list(names))}
         if not code:
             return rows
-        patterns = [_definition(q) for q in queries]
+        wanted = [n for n in map(definitions.name_of, queries) if n]
 
-        def defines(row: dict) -> bool:
-            return row["source"] in code and any(p.search(row["text"]) for p in patterns)
-        return sorted(rows, key=lambda row: not defines(row))
-
+        def tier(row: dict) -> int:
+            return min((definitions.line_tier(n, row["text"]) for n in wanted
+                        if row["source"] in code), default=definitions.NOT_DEFINED)
+        return sorted(rows, key=tier)

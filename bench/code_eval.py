@@ -5,6 +5,8 @@
     python -m bench code --embedding '{...}'  # the KBs' embedding block, as evaluate.py takes
     python -m bench code --js NPM/node_modules/glob --js ...   # also JavaScript packages
     python -m bench code --chunkers default,windows-20         # windows of another size
+    python -m bench code --sets identifiers --chunkers default  # only names as queries
+    python -m bench code --min-lines 65      # every hit scored as if 65 lines: one hit size
 
 The set is built from code nobody here wrote: the .py files of PACKAGES, installed in the venv
 that runs the bench, every file under each package folder in path order (no tests, vendored
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import hashlib
 import importlib.metadata
 import inspect
@@ -82,6 +85,7 @@ CUTOFFS = (1, 5)  # hit@k reported
 MRR_CUTOFF = 10  # MRR@10; also the hits asked of search() per query
 COPY_FOLDER = "pysrc"  # the copies' folder, so source names are `pysrc/<package>/<file>`
 CHUNKERS = ("windows", "default")
+SETS = ("code search", "identifiers")  # the query sets, as --sets names them
 _JS_FUNCTION = re.compile(  # a named function or a class's method on a line of its own
     r"(?P<indent>\s*)(?:export\s+)?(?:(?:static|async|get|set)\s+)*"
     r"(?:function\s*\*?\s*(?P<function>[A-Za-z_$][\w$]*)|#?(?P<method>[A-Za-z_$][\w$]*))"
@@ -344,14 +348,26 @@ def score_names() -> tuple[str, ...]:
     return (*(f"hit@{k}" for k in CUTOFFS), f"MRR@{MRR_CUTOFF}", f"lines@{max(CUTOFFS)}")
 
 
+def widened(hit: hits.Hit, lines: int) -> hits.Hit:
+    """The hit as if it held at least `lines` lines, centred on its own (from line 1 at the
+    least): --min-lines, to compare chunkers at one hit size, since any overlap counts."""
+    size = hit.line_end - hit.line_start + 1
+    if size >= lines:
+        return hit
+    first = max(1, hit.line_start - (lines - size) // 2)
+    return dataclasses.replace(hit, line_start=first, line_end=first + lines - 1)
+
+
 def measure(searcher: search.Searcher, queries: list[Query], sources: dict[str, str],
-            methods: dict[str, dict]) -> dict[str, list[tuple[float, ...]]]:
-    """Per method, the scores of every query, in query order."""
+            methods: dict[str, dict], min_lines: int = 0) -> dict[str, list[tuple[float, ...]]]:
+    """Per method, the scores of every query, in query order (each hit widened to
+    `min_lines`)."""
     table: dict[str, list[tuple[float, ...]]] = {name: [] for name in methods}
     start = time.perf_counter()
     for n, query in enumerate(queries, 1):
         for name, kwargs in methods.items():
-            found = searcher.search(query.text, MRR_CUTOFF, **kwargs)
+            found = [widened(hit, min_lines)
+                     for hit in searcher.search(query.text, MRR_CUTOFF, **kwargs)]
             table[name].append(scores(found, query, sources[query.path]))
         if n % 100 == 0 or n == len(queries):
             print(f"  {n}/{len(queries)} queries, {time.perf_counter() - start:.0f} s",
@@ -477,8 +493,11 @@ def build(code_set: CodeSet, chunker: str, cache: Path,
 # ----------------------------------------------------------------------------- main
 
 
-def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str) -> list[str]:
-    """The tables of one KB: code search and identifiers, per language."""
+def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str,
+        wanted: tuple[str, ...] = SETS, min_lines: int = 0) -> list[str]:
+    """The tables of one KB: code search and identifiers (those of `wanted`), per language.
+    Identifiers also get `auto` without its definitions-first rule (search.py), to show what
+    the rule does."""
     sources = source_names(code_set.files)
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
@@ -486,15 +505,18 @@ def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str) -> list[str]:
     try:
         searcher = search.Searcher(conn, evaluate.CachedEmbeddings(store))
         own = evaluate.methods(kb, ["vector", "default"])
+        auto = next(kwargs for name, kwargs in own.items() if name.startswith("default"))
+        named = {**own, "no definitions first": {**auto, "definitions_first": False},
+                 "exact": {"mode": "exact"}}
         sets = (("code search", code_set.searches, own),
-                ("identifiers", code_set.identifiers, {**own, "exact": {"mode": "exact"}}))
+                ("identifiers", code_set.identifiers, named))
         for lang in LIMITS:
-            for title, queries, methods in sets:
+            for title, queries, methods in (s for s in sets if s[0] in wanted):
                 chosen = [q for q in queries if language(q.path) == lang and (
                     split == "all" or evaluate.in_dev_half(q.qid) == (split == "dev"))]
                 if chosen:
                     print(f"{kb.id} {title} ({lang}): {len(chosen)} queries", file=sys.stderr)
-                    table = measure(searcher, chosen, sources, methods)
+                    table = measure(searcher, chosen, sources, methods, min_lines)
                     out += [f"{title} ({lang}), {kb.id} ({split}: {len(chosen)} queries; KB "
                             f"{fulltext.counts(conn)})", evaluate.table(table, score_names()),
                             ""]
@@ -522,9 +544,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="also this JavaScript package's folder (its .js files), e.g. "
                              "one of npm's own node_modules; repeat for more (default: "
                              "Python only)")
+    parser.add_argument("--sets", type=lambda text: tuple(text.split(",")), default=SETS,
+                        help="the query sets to run, comma-separated: 'code search', "
+                             "identifiers (default: both)")
+    parser.add_argument("--min-lines", type=int, default=0,
+                        help="score each hit as if it held at least this many lines, centred "
+                             "on its own: chunkers compared at one hit size (default: as is)")
     parser.add_argument("--dump", type=Path, default=None,
                         help="also write the queries and answers to this JSON file")
     args = parser.parse_args(argv)
+    if set(args.sets) - set(SETS):
+        parser.error(f"--sets {','.join(args.sets)}: name {' or '.join(SETS)}")
     for chunker in set(args.chunkers) - {"default"}:
         try:
             window_size(chunker)
@@ -544,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                              encoding="utf-8")
     lines = [f"code set: {len(code_set.files)} files of {versions(PACKAGES)}", ""]
     for chunker in args.chunkers:
-        lines += run(build(code_set, chunker, args.cache, args.embedding), code_set, args.split)
+        lines += run(build(code_set, chunker, args.cache, args.embedding), code_set, args.split,
+                     args.sets, args.min_lines)
     print("\n".join(lines))
     return 0
 

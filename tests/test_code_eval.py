@@ -89,6 +89,20 @@ def test_a_known_ranking_scores_right():
     assert code_eval.scores([], query, source) == (0.0, 0.0, 0.0, 0.0)
 
 
+def test_min_lines_widens_a_short_hit_about_its_centre_only():
+    source = "pysrc/textwrap.py.txt"
+    query = code_eval.Query("q", "words", "textwrap.py", 100, 120)
+    near = hit(source, 125, 129)  # 5 lines, 4 past the answer: a miss as it is
+    assert code_eval.scores([near], query, source)[0] == 0.0
+    wide = code_eval.widened(near, 20)
+    assert (wide.line_start, wide.line_end) == (118, 137)
+    assert code_eval.scores([wide], query, source) == (1.0, 1.0, 1.0, 20.0)
+    top = code_eval.widened(hit(source, 2, 3), 20)
+    assert (top.line_start, top.line_end) == (1, 20)
+    long = hit(source, 10, 60)
+    assert code_eval.widened(long, 20) is long
+
+
 def test_windows_cover_the_file_by_its_line_numbers():
     lines = TEXT.split("\n")
     lines[40:80] = [""] * 40  # a blank window is left out
