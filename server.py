@@ -347,6 +347,15 @@ async def list_sources(
     return await run(ctx, lambda lib: lib.list_sources(kb_id, offset, limit))
 
 
+def progress_reporter(ctx: Context):
+    """An indexing run's progress callback (it runs in a worker thread) that sends each step
+    to the client as an MCP progress notification."""
+    def report(done: int, total: int, message: str) -> None:
+        anyio.from_thread.run(ctx.report_progress, done, total, message)
+
+    return report
+
+
 @mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
                        "destructiveHint": False, "openWorldHint": False})
 async def ingest_file(
@@ -358,10 +367,8 @@ async def ingest_file(
     kb_id: KbId = None,
 ) -> dict:
     """Index (or re-index) one file; unchanged files are skipped. Returns the run's summary."""
-    def report(done: int, total: int, message: str) -> None:
-        anyio.from_thread.run(ctx.report_progress, done, total, message)
-
-    return await run(ctx, lambda lib: lib.ingest_file(path, source_name, kb_id, report))
+    return await run(ctx, lambda lib: lib.ingest_file(path, source_name, kb_id,
+                                                      progress_reporter(ctx)))
 
 
 @mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
@@ -376,10 +383,7 @@ async def ingest_url(
 
     Bounded in size, time and redirects; loopback, private, link-local and cloud metadata
     addresses are refused unless the knowledge base allows private ones."""
-    def report(done: int, total: int, message: str) -> None:
-        anyio.from_thread.run(ctx.report_progress, done, total, message)
-
-    return await run(ctx, lambda lib: lib.ingest_url(url, kb_id, report))
+    return await run(ctx, lambda lib: lib.ingest_url(url, kb_id, progress_reporter(ctx)))
 
 
 @mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
