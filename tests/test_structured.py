@@ -16,6 +16,7 @@ import extract
 import fulltext
 import ingest
 import kb as kbmod
+import limits
 from formats import structured
 from library import Library
 
@@ -30,7 +31,8 @@ ODD_LINE_BREAKS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 def editor_lines(path: Path) -> list[str] | None:
     """The file's lines as an editor numbers them (CR, LF or CRLF ends a line), in the form
     linecite keeps them (tabs as spaces, trailing spaces and blank last lines gone); None for
-    a file that is not plain UTF-8 text with ordinary line breaks."""
+    a file that is not plain UTF-8 text with ordinary line breaks, or that has a line longer
+    than read_range shows whole (limits.MAX_LINE_CHARS: such a line is cut, by design)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError):
@@ -40,7 +42,7 @@ def editor_lines(path: Path) -> list[str] | None:
     lines = [line.replace("\t", " ").rstrip() for line in re.split(r"\r\n|\r|\n", text)]
     while lines and not lines[-1]:
         lines.pop()
-    return lines
+    return None if any(len(line) > limits.MAX_LINE_CHARS for line in lines) else lines
 
 
 def real_files() -> list[Path]:
