@@ -5,8 +5,7 @@ import json
 import os
 import shutil
 import subprocess
-import time
-import tracemalloc
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,6 +266,23 @@ REPO_FILES = 20_000  # files in the scale test's repository
 PEAK_BYTES = 12 * 2**20  # plan_sync's own peak (tracemalloc, imports done first): 7.7 MiB
 
 
+MEASURE_PLAN = """
+import json, sys, time, tracemalloc
+from pathlib import Path
+sys.path[:0] = [str(Path.cwd().parent), str(Path.cwd())]
+import kb as kbmod
+from test_repo_sync import plan
+root = Path(sys.argv[1])
+plan(kbmod.load(root / "warm" / "base", "repo"))  # first imports (extract, bm25, numpy: 7 MiB)
+big = kbmod.load(root / "base", "repo")
+tracemalloc.start()
+started = time.perf_counter()
+result = plan(big)
+peak = tracemalloc.get_traced_memory()[1]
+print(json.dumps([result, peak, time.perf_counter() - started]))
+"""
+
+
 def make_large_repo(repo: Path) -> dict[str, int]:
     """REPO_FILES small files: a tenth in node_modules, a fifth gitignored, the rest to index,
     200 to a folder. Returns how many of each."""
@@ -285,23 +301,19 @@ def make_large_repo(repo: Path) -> dict[str, int]:
 def test_a_20000_file_repository_plans_in_bounded_memory(tmp_path):
     repo = tmp_path / "big"
     counts = make_large_repo(repo)
-    kb = make_kb(tmp_path, [repo], embedding={"provider": "none"})
-    # a one-file plan first: the modules plan_sync imports on first use (extract, bm25, numpy:
-    # 7 MiB) are not what the bound is about, and they grew when other modules did
+    make_kb(tmp_path, [repo], embedding={"provider": "none"})
     small = tmp_path / "small"
     write(small / "a.txt", "x")
-    plan(make_kb(tmp_path / "warm", [small], embedding={"provider": "none"}))
-    tracemalloc.start()
-    started = time.perf_counter()
-    try:
-        result = plan(kb)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    seconds = time.perf_counter() - started
+    make_kb(tmp_path / "warm", [small], embedding={"provider": "none"})
+    # measured in a fresh interpreter: in the full suite's process, what earlier tests left
+    # (caches, the collector's state) made the same plan peak at 16.5 MiB against 7.7 alone
+    measured = subprocess.run(
+        [sys.executable, "-c", MEASURE_PLAN, str(tmp_path)], capture_output=True, text=True,
+        encoding="utf-8", cwd=Path(__file__).resolve().parent, timeout=300, check=True)
+    result, peak, seconds = json.loads(measured.stdout)
     assert len(result["added"]) == counts["added"]
     reasons = by_reason(result["skipped"])
     assert reasons["gitignored"]["files"] == counts["gitignored"]
     assert reasons["vendored"]["folders"] == 1  # node_modules is never entered
     assert all(len(entry.get("examples", [])) <= ignores.EXAMPLES for entry in result["skipped"])
-    assert peak < PEAK_BYTES, f"peak {peak / 2**20:.1f} MiB in {seconds:.1f} s"
+    assert 2**20 < peak < PEAK_BYTES, f"peak {peak / 2**20:.1f} MiB in {seconds:.1f} s"
