@@ -51,6 +51,15 @@ class UserError(ValueError):
     """A bad argument or state the agent can fix; the message says how."""
 
 
+class ReasonedError(UserError):
+    """A UserError that also names its `reason`, the word a summary files the failure under
+    (`unreachable`, `bad-url`...): url_fetch.py's and s3_source.py's errors."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
 def shown(value: str) -> str:
     """A value as an error message may repeat it: quoted, and cut to ECHO_CHARS."""
     return repr(value if len(value) <= ECHO_CHARS else value[:ECHO_CHARS] + "...")

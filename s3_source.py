@@ -41,12 +41,8 @@ KEY_ERRORS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied",
               "InvalidToken", "ExpiredToken", "AuthorizationHeaderMalformed"}
 
 
-class BucketError(limits.UserError):
+class BucketError(limits.ReasonedError):
     """A bucket could not be listed or an object read; the message says why and what to do."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
 
 
 @dataclass

@@ -84,12 +84,8 @@ OLE_SUFFIXES = (".doc", ".xls", ".ppt", ".msg", ".hwp")
 resolver: Callable[[str, int], list[str]] | None = None
 
 
-class FetchError(limits.UserError):
+class FetchError(limits.ReasonedError):
     """The URL was not fetched; the message says why and what to do. Nothing was changed."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
 
 
 @dataclass

@@ -370,7 +370,8 @@ def test_address_policy(address, private_ok, refused):
 def test_bad_urls_are_refused_with_what_to_give():
     for url, said in (("ftp://host/file", "http:// or https://"), ("file:///etc/passwd", "http"),
                       ("http://user:pw@host/", "without credentials"), ("https://", "http"),
-                      ("http://" + "a" * 3000, "1-2,048 characters")):
+                      ("http://" + "a" * 3000, "1-2,048 characters"),
+                      ("https://example.org/" + "a" * 1_000_000, "1-2,048 characters")):
         with pytest.raises(url_fetch.FetchError, match=said):
             url_fetch.normalise(url)
 
