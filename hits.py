@@ -1,8 +1,8 @@
 """Hits: a line range of one page to cite, how chunks fold into one, and its text as read back.
 
-Overlapping or adjacent chunks of one page merge into one hit with the union of their lines,
-up to MAX_HIT_CHUNKS chunks; a hit's text is re-read from the raw lines so it equals
-`read_range` of its line_start-line_end. When the merged lines hold more than
+Overlapping or adjacent chunks of one page (at most MERGE_GAP lines apart) merge into one hit
+with the union of their lines, up to MAX_HIT_CHUNKS chunks; a hit's text is re-read from the
+raw lines so it equals `read_range` of its line_start-line_end. When the merged lines hold more than
 limits.MAX_HIT_CHARS, the hit narrows to the window of them that holds most of the query's
 tokens (issue 26: an agent was shown the first 4,000 characters of a page, not the evidence).
 
@@ -22,6 +22,8 @@ import limits
 # ---------------------------------------------------------------------------
 MAX_HIT_CHUNKS = 3  # chunks one hit joins: three of chunking.py's ~1,000-character chunks fit
 # limits.MAX_HIT_CHARS, so a merged hit is rarely narrowed; seven once made a hit of a whole page
+MERGE_GAP = 2  # chunks at most this many lines apart border each other: code's definitions
+# are one or two blank lines apart (PEP 8), a document's chunks overlap or touch
 # ---------------------------------------------------------------------------
 
 
@@ -76,8 +78,9 @@ class Hit:
 
 
 def _touch(a: Hit, b: Hit) -> bool:
+    reach = MERGE_GAP + 1
     return (a.source, a.page) == (b.source, b.page) and \
-        b.line_start <= a.line_end + 1 and a.line_start <= b.line_end + 1
+        b.line_start <= a.line_end + reach and a.line_start <= b.line_end + reach
 
 
 def _fold(into: Hit, other: Hit) -> None:

@@ -29,6 +29,7 @@ import embedders
 import fulltext
 import fusion
 import limits
+import neighbours
 import query_expansion as qe
 import rerank
 import run_status
@@ -163,7 +164,8 @@ def search_settings(kb: KnowledgeBase) -> dict:
                            fusion.default_weight(method, kb.embedding.get("provider")))
     return {"fusion": method, "vector_weight": weight,
             "title_weight": kb.search.get("titleWeight", titles.TITLE_WEIGHT),
-            "diversity": kb.search.get("diversity", 0.0)}
+            "diversity": kb.search.get("diversity", 0.0),
+            "neighbour_weight": kb.search.get("neighbourWeight", neighbours.WEIGHT)}
 
 
 WATCH_VALUES = (True, False, "poll")  # config.json's `watch`; absent: true
@@ -347,6 +349,7 @@ SEARCH_WEIGHTS = {  # search block's 0-1 fields -> what 0 and 1 mean
     "vectorWeight": ("BM25 only", "vectors only"),
     "titleWeight": ("file names ignored", "file names only"),
     "diversity": ("off", "novelty only"),
+    "neighbourWeight": ("code chunks ranked alone", "a code chunk lifted by its neighbours"),
 }
 SEARCH_FIELDS = ("fusion", *SEARCH_WEIGHTS)
 

@@ -14,6 +14,7 @@ Reads `fulltext.sqlite3` (read-only) and the KB's Chroma collection; writes noth
   source fills the whole top 5 while another source scores close.
 - Document-aware (`auto`): each chunk's score is blended with how well its source's file name
   matches the question (titles.py), so the right filing among look-alikes comes first.
+- Code locality (`auto`): a code chunk gains from its neighbours' scores (neighbours.py).
 - Definitions first (`auto`): a query that is one name (`parse_http`, `Parser.parse`) gets
   the code chunks that define it at the top (definitions.py, the rule `exact` uses for lines).
 - `exact` mode: raw lines containing the query as a substring (names, codes, numbers).
@@ -25,7 +26,7 @@ the server.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import Literal
@@ -33,6 +34,7 @@ from typing import Literal
 import definitions
 import fulltext
 import limits
+import neighbours
 import titles
 from fusion import DEFAULT_FUSION, RRF_K, Candidate, Fusion, fuse
 from hits import Hit, merge_into, with_text
@@ -129,20 +131,23 @@ class Searcher:
                title_weight: float = titles.TITLE_WEIGHT, diversity: float = 0.0,
                variants: Sequence[str] = (),
                vectors: Mapping[str, list[float]] | None = None,
-               case_sensitive: bool = False, definitions_first: bool = True) -> list[Hit]:
+               case_sensitive: bool = False, definitions_first: bool = True,
+               neighbour_weight: float = neighbours.WEIGHT) -> list[Hit]:
         """The hits. `embedding` is the query's vector when the caller made it already;
         `title_weight` the share of the file-name match in `auto` (titles.py; 0 = off);
         `diversity` MMR's lambda (0 = only the per-source rule of _diversify); `variants`
         more phrasings of the question, searched alike and fused with it by reciprocal rank
         (`vectors` holds their embeddings when the caller made them); `case_sensitive` is
         for `exact` mode; `definitions_first` (auto) puts the code chunks that define a
-        query that is one name first (definitions.py; False = off)."""
+        query that is one name first (definitions.py; False = off); `neighbour_weight` the
+        share of a code chunk's best neighbour's score it gains in `auto` (neighbours.py;
+        0 = off)."""
         queries = [query, *dict.fromkeys(v for v in variants if v != query)]
         if mode == "exact":
             return self._exact(queries, top_k, source, case_sensitive)
         vectors = {**(vectors or {}), **({query: embedding} if embedding else {})}
         lists = [self._ranked(q, mode, source, fusion, vector_weight, vectors.get(q),
-                              title_weight) for q in queries]
+                              title_weight, neighbour_weight) for q in queries]
         if mode == "auto" and definitions_first:
             lists = [self._definitions_lifted(q, ranked, source)
                      for q, ranked in zip(queries, lists, strict=True)]
@@ -166,7 +171,8 @@ class Searcher:
 
     def _ranked(self, query: str, mode: Mode, source: fulltext.Sources, fusion: Fusion,
                 vector_weight: float | None, embedding: list[float] | None,
-                title_weight: float) -> list[tuple[Candidate, float]]:
+                title_weight: float, neighbour_weight: float = neighbours.WEIGHT
+                ) -> list[tuple[Candidate, float]]:
         """One question's candidates of both legs, best first, with their fused score."""
         use_bm25 = mode in ("auto", "bm25")
         use_vector = mode == "vector" or (mode == "auto" and self.store is not None)
@@ -181,15 +187,40 @@ class Searcher:
             self._bm25_leg(bm25, candidates)
         if nearest is not None:
             embedding = self._vector_leg(nearest, candidates)
-        if use_bm25 and use_vector:
-            self._complete(bm25, embedding, candidates)
-            ranked = fuse(list(candidates.values()), fusion, vector_weight)
-        else:
-            ranked = sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
-                            key=lambda pair: -pair[1])
+        def ranking(chosen: dict[str, Candidate]) -> list[tuple[Candidate, float]]:
+            if use_bm25 and use_vector:
+                self._complete(bm25, embedding, chosen)
+                return fuse(list(candidates.values()), fusion, vector_weight)
+            for cand in chosen.values():
+                cand.bm25 = bm25.get(cand.row["id"], cand.bm25)
+            return sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
+                          key=lambda pair: -pair[1])
+
+        ranked = ranking(candidates)
+        if mode == "auto" and neighbour_weight > 0:
+            ranked = self._with_neighbours(ranked, candidates, ranking, neighbour_weight)
         if mode == "auto" and title_weight > 0:
             ranked = self._with_titles(query, tokens, ranked, title_weight)
         return ranked
+
+    def _with_neighbours(self, ranked: list[tuple[Candidate, float]],
+                         candidates: dict[str, Candidate],
+                         ranking: Callable[[dict[str, Candidate]], list[tuple[Candidate, float]]],
+                         weight: float) -> list[tuple[Candidate, float]]:
+        """Code chunks lifted by their neighbours (neighbours.py): the neighbours of the first
+        candidates join them with their real scores from both legs, then each code chunk
+        gains `weight` times its best neighbour's fused score."""
+        links, found = neighbours.around(
+            self.conn, [cand.row for cand, score in ranked[:neighbours.TOP] if score > 0])
+        if not links:
+            return ranked
+        new = {cid: Candidate(row) for cid, row in found.items() if cid not in candidates}
+        if new:
+            candidates.update(new)
+            ranked = ranking(new)
+        scores = neighbours.lifted({c.row["chunk_id"]: score for c, score in ranked}, links,
+                                   weight)
+        return sorted(((c, scores[c.row["chunk_id"]]) for c, _ in ranked), key=lambda p: -p[1])
 
     def _definitions_lifted(self, query: str, ranked: list[tuple[Candidate, float]],
                             source: fulltext.Sources) -> list[tuple[Candidate, float]]:

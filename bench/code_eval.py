@@ -496,8 +496,8 @@ def build(code_set: CodeSet, chunker: str, cache: Path,
 def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str,
         wanted: tuple[str, ...] = SETS, min_lines: int = 0) -> list[str]:
     """The tables of one KB: code search and identifiers (those of `wanted`), per language.
-    Identifiers also get `auto` without its definitions-first rule (search.py), to show what
-    the rule does."""
+    Identifiers also get `auto` without its definitions-first rule (search.py), code search
+    `auto` without its neighbours (neighbours.py), to show what each rule does."""
     sources = source_names(code_set.files)
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
@@ -508,7 +508,8 @@ def run(kb: kbmod.KnowledgeBase, code_set: CodeSet, split: str,
         auto = next(kwargs for name, kwargs in own.items() if name.startswith("default"))
         named = {**own, "no definitions first": {**auto, "definitions_first": False},
                  "exact": {"mode": "exact"}}
-        sets = (("code search", code_set.searches, own),
+        located = {**own, "no neighbours": {**auto, "neighbour_weight": 0.0}}
+        sets = (("code search", code_set.searches, located),
                 ("identifiers", code_set.identifiers, named))
         for lang in LIMITS:
             for title, queries, methods in (s for s in sets if s[0] in wanted):

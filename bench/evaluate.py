@@ -59,6 +59,7 @@ PDF_SETS = {  # name -> folder with pdfs/, questions_subset.jsonl and qrels_page
 CUTOFF = 10  # nDCG@10, recall@10
 DOC_TOP = 3  # "right document in the top 3" (FinanceBench: the right filing among 36)
 HITS = 50  # hits asked of search() per query, so 10 distinct sources are almost always there
+KEYWORD_SHARE = 0.05  # "+keywords": a word in more than this share of the chunks is left out
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "linecite-eval"
 # -----------------------------------------------------------------------------
 
@@ -212,6 +213,7 @@ METHODS: dict[str, dict] = {  # name -> search() arguments; "default" is set per
     "default": {"mode": "auto"},
     "no titles": {"mode": "auto", "title_weight": 0.0},  # the default without titles.py
     **{f"mmr {d / 10:.1f}": {"mode": "auto", "diversity": d / 10} for d in (3, 5)},
+    "queries +keywords": {"mode": "auto", "variants": "keywords"},  # see keyword_phrasing
     **{f"{fusion} w={w / 10:.1f}": {"mode": "auto", "fusion": fusion, "vector_weight": w / 10}
        for fusion in ("convex", "minmax") for w in range(1, 6)},
 }
@@ -225,7 +227,7 @@ def methods(kb: kbmod.KnowledgeBase, only: list[str] | None = None) -> dict[str,
     own = {**METHODS, "default": {"mode": "auto", **settings},
            "no titles": {"mode": "auto", **settings, "title_weight": 0.0},
            **{name: {"mode": "auto", **settings, **METHODS[name]} for name in METHODS
-              if name.startswith("mmr")}}
+              if name.startswith(("mmr", "queries"))}}
     return {(name if key == "default" else key): kwargs for key, kwargs in own.items()
             if only is None or key in ("bm25", *only)}
 
@@ -249,9 +251,36 @@ class CachedEmbeddings:
         return getattr(self.store, name)
 
 
+class KeywordPhrasing:
+    """The question as an agent's second phrasing in keywords: its words (segment.py's
+    tokens, so Korean particles and Chinese words alike) less those in more than
+    KEYWORD_SHARE of the KB's chunks. The sets have one phrasing per question and no LLM runs
+    here, so this is the second query `queries=[...]` is measured with ("queries +keywords")."""
+
+    def __init__(self, searcher: search.Searcher):
+        self.searcher = searcher
+        self.chunks = searcher.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        self.counts: dict[str, int] = {}
+
+    def _count(self, token: str) -> int:
+        if token not in self.counts:
+            match = '"' + token.replace('"', '""') + '"'
+            self.counts[token] = self.searcher.conn.execute(
+                "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)).fetchone()[0]
+        return self.counts[token]
+
+    def __call__(self, query: str) -> list[str]:
+        words = list(dict.fromkeys(self.searcher.tokenize(query)))
+        kept = [w for w in words if self._count(w) <= KEYWORD_SHARE * self.chunks]
+        return [" ".join(kept)] if kept and kept != words else []
+
+
 def ranked(searcher: search.Searcher, query: str, kwargs: dict,
-           key: Callable[[hits.Hit], str]) -> list[str]:
-    """Documents (or pages) in the order of their first hit."""
+           key: Callable[[hits.Hit], str], phrasing: Callable[[str], list[str]]) -> list[str]:
+    """Documents (or pages) in the order of their first hit; `"variants": "keywords"` asks
+    for `phrasing`'s second phrasing of the question."""
+    if kwargs.get("variants") == "keywords":
+        kwargs = {**kwargs, "variants": phrasing(query)}
     return list(dict.fromkeys(map(key, searcher.search(query, HITS, **kwargs))))
 
 
@@ -280,10 +309,11 @@ def evaluate(searcher: search.Searcher, queries: dict[str, str], qrels: Qrels,
              methods: dict[str, dict] = METHODS) -> dict[str, list[Score]]:
     """Per method, the Score of every query, in qrels order."""
     scores: dict[str, list[Score]] = {name: [] for name in methods}
+    phrasing = KeywordPhrasing(searcher)
     start = time.perf_counter()
     for n, (qid, relevant) in enumerate(qrels.items(), 1):
         for name, kwargs in methods.items():
-            ranking = ranked(searcher, queries[qid], kwargs, key)
+            ranking = ranked(searcher, queries[qid], kwargs, key, phrasing)
             scores[name].append((ndcg(ranking, relevant), recall(ranking, relevant),
                                  document_in_top(ranking, relevant)))
         if n % 100 == 0 or n == len(qrels):

@@ -1,0 +1,110 @@
+"""Code locality (neighbours.py): a definition beside the one that matches joins the answer.
+
+Real pipeline on files written here: ingest.py reads the .py files with the code reader and
+cuts them on the syntax tree (codechunks.py), BM25 only (no model to load)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import fulltext
+import ingest
+import kb as kbmod
+import search
+
+STYLE = '''"""Terminal styles."""
+
+
+def clear_meta_and_links(style):
+    """Get a copy of this style with link and meta information removed."""
+    fresh = Style.__new__(Style)
+    fresh._ansi = style._ansi
+    fresh._color = style._color
+    fresh._bgcolor = style._bgcolor
+    fresh._attributes = style._attributes
+    fresh._link = None
+    fresh._meta = None
+    return fresh
+
+
+def duplicate(item):
+    if item._null:
+        return NULL_STYLE
+    twin = type(item).__new__(type(item))
+    twin._ansi = item._ansi
+    twin._color = item._color
+    twin._bgcolor = item._bgcolor
+    twin._attributes = item._attributes
+    twin._href = item._href
+    twin._data = item._data
+    return twin
+'''
+OTHER = '''def render_{n}(console, options):
+    """Render the style {n} with information about the console and its options."""
+    lines = console.render_lines(options.style_{n}, options)
+    width = max(len(line) for line in lines)
+    padded = [line.ljust(width) for line in lines]
+    return "\\n".join(padded) + console.style_end
+'''
+DISTRACTORS = 10
+
+
+def _searcher(tmp_path: Path, suffix: str) -> search.Searcher:
+    folder = tmp_path / f"repo{suffix.replace('.', '_')}"
+    folder.mkdir()
+    (folder / f"style{suffix}").write_text(STYLE, encoding="utf-8")
+    for n in range(DISTRACTORS):
+        (folder / f"render_{n}{suffix}").write_text(OTHER.format(n=n), encoding="utf-8")
+    base = tmp_path / f"base{suffix.replace('.', '_')}"
+    kb = kbmod.open_or_create(base, "repo")
+    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
+    (kb.folder / "config.json").write_text(
+        json.dumps({**config, "embedding": {"provider": "none"}}), encoding="utf-8")
+    assert ingest.ingest(kbmod.load(base, "repo"), [folder]).indexed == DISTRACTORS + 1
+    return search.Searcher(fulltext.connect(kb.fulltext_path, readonly=True))
+
+
+QUERY = "a copy of the style without its link and meta information"
+COPY_LINE = STYLE.split("\n").index("def duplicate(item):") + 1
+CLEAR_LINE = STYLE.split("\n").index("def clear_meta_and_links(style):") + 1
+
+
+@pytest.fixture()
+def code(tmp_path: Path):
+    searcher = _searcher(tmp_path, ".py")
+    yield searcher
+    searcher.conn.close()
+
+
+def test_a_definition_beside_the_match_joins_its_hit(code):
+    first = code.search(QUERY, 3, "auto")[0]
+    assert first.source.endswith("style.py")
+    assert first.line_start <= CLEAR_LINE and COPY_LINE <= first.line_end  # one hit, both
+    assert first.best_lines[0] <= CLEAR_LINE <= first.best_lines[1]  # the match ranks it
+    assert first.text == "\n".join(STYLE.split("\n")[first.line_start - 1:first.line_end])
+
+
+def test_without_the_lift_the_neighbour_is_outranked(code):
+    found = code.search(QUERY, 3, "auto", neighbour_weight=0.0)
+    assert not any(h.source.endswith("style.py") and h.line_start <= COPY_LINE <= h.line_end
+                   for h in found)
+
+
+def test_a_neighbour_no_leg_supports_is_not_lifted(code):
+    # "removed" is only in clear_meta_and_links: duplicate() matches nothing, so it stays out
+    found = code.search("removed", 5, "auto")
+    assert [(h.source.rsplit("/", 1)[-1], h.line_end < COPY_LINE) for h in found] == \
+        [("style.py", True)]
+
+
+def test_documents_are_ranked_alone(tmp_path: Path):
+    docs = _searcher(tmp_path, ".md")
+    try:
+        assert [(h.source, h.line_start, h.line_end) for h in docs.search(QUERY, 5, "auto")] \
+            == [(h.source, h.line_start, h.line_end)
+                for h in docs.search(QUERY, 5, "auto", neighbour_weight=0.0)]
+    finally:
+        docs.conn.close()
