@@ -25,7 +25,7 @@ import fulltext
 
 # ---------------------------------------------------------------------------
 WEIGHT = 0.5  # share of the best neighbour's score a code chunk gains (search.neighbourWeight)
-TOP = 20  # fused candidates whose neighbours join the candidates
+TOP = 10  # fused candidates whose neighbours join the candidates (dev: 10 > 20 > 50)
 # ---------------------------------------------------------------------------
 
 _BEFORE = (f"SELECT {fulltext.CHUNK_COLUMNS} FROM chunks c JOIN sources s ON s.id = c.source_id"

@@ -252,10 +252,11 @@ class CachedEmbeddings:
 
 
 class KeywordPhrasing:
-    """The question as an agent's second phrasing in keywords: its words (segment.py's
-    tokens, so Korean particles and Chinese words alike) less those in more than
-    KEYWORD_SHARE of the KB's chunks. The sets have one phrasing per question and no LLM runs
-    here, so this is the second query `queries=[...]` is measured with ("queries +keywords")."""
+    """The question as an agent's second phrasing in keywords: its words as written, less
+    those whose every token (segment.py's, so Korean particles and Chinese words alike) is
+    in more than KEYWORD_SHARE of the KB's chunks. The sets have one phrasing per question
+    and no LLM runs here, so this is the second query `queries=[...]` is measured with
+    ("queries +keywords")."""
 
     def __init__(self, searcher: search.Searcher):
         self.searcher = searcher
@@ -270,8 +271,9 @@ class KeywordPhrasing:
         return self.counts[token]
 
     def __call__(self, query: str) -> list[str]:
-        words = list(dict.fromkeys(self.searcher.tokenize(query)))
-        kept = [w for w in words if self._count(w) <= KEYWORD_SHARE * self.chunks]
+        words = query.split()
+        kept = [w for w in words if any(self._count(t) <= KEYWORD_SHARE * self.chunks
+                                        for t in self.searcher.tokenize(w))]
         return [" ".join(kept)] if kept and kept != words else []
 
 

@@ -23,3 +23,29 @@ def test_eval_kb_swaps_config_json_in_whole(tmp_path):
     assert '"m1"' in config.read_text(encoding="utf-8")
     assert kbmod.load(tmp_path, kb.id).folder == kb.folder
     assert not list(kb.folder.glob("*.tmp"))
+
+
+def test_the_keyword_phrasing_leaves_out_words_most_chunks_hold(tmp_path):
+    """`queries +keywords` measures several phrasings with the question's rare words: a word
+    in more than KEYWORD_SHARE of the chunks goes, the others stay as written (case kept, so
+    a file name the question capitalizes still counts)."""
+    import fulltext
+    import ingest
+    import search
+    from tests.conftest import bm25_kb
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for n in range(30):
+        (folder / f"note{n}.txt").write_text(f"what is in the report of quarter {n}\n",
+                                             encoding="utf-8")
+    (folder / "adobe.txt").write_text("the Adobe margin report\n", encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base", "docs")
+    ingest.ingest(kb, [folder])
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        phrasing = evaluate.KeywordPhrasing(search.Searcher(conn))
+        assert phrasing("What is the Adobe margin in the report?") == ["Adobe margin"]
+        assert phrasing("Adobe margin") == []  # nothing left out: no second phrasing
+    finally:
+        conn.close()
