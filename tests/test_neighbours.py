@@ -108,3 +108,17 @@ def test_documents_are_ranked_alone(tmp_path: Path):
                 for h in docs.search(QUERY, 5, "auto", neighbour_weight=0.0)]
     finally:
         docs.conn.close()
+
+
+def test_the_kb_setting_turns_it_off_and_is_bounded(tmp_path: Path):
+    kb = kbmod.open_or_create(tmp_path, "repo")
+    assert kbmod.search_settings(kb)["neighbour_weight"] == 0.5
+    config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
+    for weight, fine in ((0, True), (2, False)):
+        (kb.folder / "config.json").write_text(
+            json.dumps({**config, "search": {"neighbourWeight": weight}}), encoding="utf-8")
+        if fine:
+            assert kbmod.search_settings(kbmod.load(tmp_path, "repo"))["neighbour_weight"] == 0
+        else:
+            with pytest.raises(kbmod.ConfigError, match="search.neighbourWeight"):
+                kbmod.load(tmp_path, "repo")
