@@ -22,6 +22,7 @@ top-level functions, classes and the methods of top-level classes, with their li
   chosen docstrings are replaced by blank lines in the indexed copy, so the query's words are
   not in the index and every other line keeps its number (the copy still parses).
 - Identifiers: the query is a function's, method's or class's name (defined once in the set,
+  every language together, a JavaScript function counted with or without its JSDoc;
   MIN_NAME_CHARS or longer), the answer its `def`/`class` line; MAX_IDENTIFIERS of them.
 
 With --js, a package folder's .js files join the set (functions and methods right below a
@@ -52,6 +53,7 @@ import shutil
 import sys
 import sysconfig
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
@@ -278,12 +280,24 @@ def search_queries(found: list[Definition], limit: int) -> list[Definition]:
     return _by_hash([d for d in usable if shared[d.sentence.lower()] == 1], limit)
 
 
-def identifier_queries(found: list[Definition], limit: int) -> list[Definition]:
-    """The definitions whose name no other definition of the set has."""
-    names: dict[str, int] = {}
-    for d in found:
-        names[d.name] = names.get(d.name, 0) + 1
-    return _by_hash([d for d in found if names[d.name] == 1 and len(d.name) >= MIN_NAME_CHARS
+def declared_names(files: dict[str, str]) -> Counter[str]:
+    """How often each name is defined in the whole set, every language together: Python's
+    definitions by `ast`, and every JavaScript line that declares a function or method by
+    _JS_FUNCTION's rule, with a JSDoc or without (js_definitions sees only the former)."""
+    names: Counter[str] = Counter()
+    for path, text in files.items():
+        if language(path) == "javascript":
+            heads = (_JS_FUNCTION.fullmatch(line) for line in text.split("\n"))
+            names.update(h["function"] or h["method"] for h in heads if h)
+        else:
+            names.update(d.name for d in definitions(path, text))
+    return names
+
+
+def identifier_queries(found: list[Definition], limit: int,
+                       declared: Counter[str]) -> list[Definition]:
+    """The definitions whose name nothing else in the set defines (`declared`)."""
+    return _by_hash([d for d in found if declared[d.name] == 1 and len(d.name) >= MIN_NAME_CHARS
                      and not d.name.startswith("__")], limit)
 
 
@@ -306,8 +320,9 @@ def build_set(files: dict[str, str],
         lang = language(path)
         found[lang] += (js_definitions if lang == "javascript" else definitions)(path, text)
     chosen = [d for lang, group in found.items() for d in search_queries(group, limits[lang][0])]
+    declared = declared_names(files)
     named = [d for lang, group in found.items()
-             for d in identifier_queries(group, limits[lang][1])]
+             for d in identifier_queries(group, limits[lang][1], declared)]
     blanked: dict[str, list[tuple[int, int]]] = {}
     for d in chosen:
         blanked.setdefault(d.path, []).append(d.doc)

@@ -150,3 +150,18 @@ def test_window_sizes_are_bounded():
     lines = [f"x = {n}" for n in range(1, 46)]
     assert [(c.line_start, c.line_end) for c in code_eval.window_chunks("s", lines, 20)] == [
         (1, 20), (21, 40), (41, 45)]
+
+
+def test_a_name_defined_twice_anywhere_is_no_identifier_query():
+    # the JavaScript identifier set once held names defined a second time without a JSDoc,
+    # or in a Python file of the set: no search can tell which definition was meant
+    js = ("/**\n * Read the whole stream.\n */\nfunction readAll(stream) {\n  return stream;\n}\n"
+          "/**\n * Write the whole buffer.\n */\nfunction writeAll(buffer) {\n  return buffer;\n}"
+          "\n/**\n * Parse the header lines.\n */\nfunction parseHead(text) {\n  return text;\n}"
+          "\n\nfunction readAll(other) {\n  return other;\n}\n")
+    py = "def writeAll(buffer):\n    return buffer\n"
+    alone = code_eval.build_set({"js/p/a.js": js}, {"javascript": (5, 5)})
+    assert {q.text for q in alone.identifiers} == {"writeAll", "parseHead"}
+    both = code_eval.build_set({"js/p/a.js": js, "w.py": py},
+                               {"javascript": (5, 5), "python": (5, 5)})
+    assert {q.text for q in both.identifiers} == {"parseHead"}
