@@ -22,8 +22,12 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from fulltext import Chunk
+
+if TYPE_CHECKING:  # formats.structured is imported when a data file is chunked
+    from formats.structured import LogEntry, Stamp
 
 # ---------------------------------------------------------------------------
 TARGET_CHARS = 1000  # a chunk is closed once it holds this many characters
@@ -266,15 +270,24 @@ def chunk_page(source: str, page: int, lines: Sequence[str], noise: set[int],
     context, context_end = page_context(lines, table)
     if headings is None:
         headings = nearest_headings(lines, noise)
-    for run in _runs(lines, noise):
-        for group in _line_groups(run, lines):
-            keep = len(group)
-            while keep > 1 and not lines[group[keep - 1] - 1].strip():
-                keep -= 1
-            first, last = group[0], group[keep - 1]
-            extra = (context if first > context_end else "") or headings[first - 1]
-            chunks += line_chunks(source, page, lines, (first, last), extra, tokenize)
+    for first, last in _spans(lines, noise):
+        extra = (context if first > context_end else "") or headings[first - 1]
+        chunks += line_chunks(source, page, lines, (first, last), extra, tokenize)
     return dedupe(chunks)
+
+
+def _spans(lines: Sequence[str], noise: set[int]) -> list[tuple[int, int]]:
+    """(first, last) line of each chunk of a page by size, blank lines at a chunk's end left
+    out."""
+    return [_trimmed(group, lines) for run in _runs(lines, noise)
+            for group in _line_groups(run, lines)]
+
+
+def _trimmed(group: list[int], lines: Sequence[str]) -> tuple[int, int]:
+    keep = len(group)
+    while keep > 1 and not lines[group[keep - 1] - 1].strip():
+        keep -= 1
+    return group[0], group[keep - 1]
 
 
 def line_chunks(source: str, page: int, lines: Sequence[str], span: tuple[int, int],
@@ -314,7 +327,11 @@ def chunk_pages(source: str, pages: Sequence[Sequence[str]], noise: Sequence[set
     chunks carry the last heading of the pages before. `layout` (Extracted.layout): "table",
     every page's first non-empty line is its header row, which its chunks carry instead (a
     table is not scanned for headings); "sections", headings are config sections
-    (section_heading); "", headings as documents have them (heading_text)."""
+    (section_heading); "json", "jsonl", "yaml", "log": see data_chunks; "", headings as
+    documents have them (heading_text)."""
+    if layout in KEYED_LAYOUTS or layout == "log":
+        return [chunk for number, (lines, marks) in enumerate(zip(pages, noise, strict=True), 1)
+                for chunk in data_chunks(source, number, lines, marks, tokenize, layout)]
     chunks: list[Chunk] = []
     carried = ""
     table = layout == "table"
@@ -325,6 +342,123 @@ def chunk_pages(source: str, pages: Sequence[Sequence[str]], noise: Sequence[set
         chunks += chunk_page(source, number, lines, page_noise, tokenize, headings, table)
         carried = headings[-1]
     return chunks
+
+
+# ---------------------------------------------------------------------------
+# data files: a chunk of JSON or YAML says where in the data it starts; logs go by time
+
+KEYED_LAYOUTS = ("json", "jsonl", "yaml")  # Extracted.layout of files chunked with key paths
+
+
+def data_chunks(source: str, page: int, lines: Sequence[str], noise: set[int],
+                tokenize: Callable[[str], list[str]], layout: str) -> list[Chunk]:
+    """The chunks of a data file's page. JSON, JSON Lines, YAML: cut by size as text, each
+    with the key path of its first line as its context (structured.key_paths: `json
+    $.services.web.ports`). A timed log ("log"): cut at its entries by time (log_spans), each
+    with its time range (`log 2024-05-01 12:00:03 - 12:00:59`); a log is one page, and its
+    noise none (its first line a bare "1" is a log line)."""
+    from formats import structured
+
+    if layout == "log":
+        spans = log_spans(lines)
+    else:
+        sizes = _spans(lines, noise)
+        paths = structured.key_paths(layout, lines, [first for first, _ in sizes])
+        spans = list(zip(sizes, paths, strict=True))
+    chunks: list[Chunk] = []
+    for span, context in spans:
+        chunks += line_chunks(source, page, lines, span, context, tokenize)
+    return dedupe(chunks)
+
+
+def log_spans(lines: Sequence[str]) -> list[tuple[tuple[int, int], str]]:
+    """((first, last), time range) of each chunk of a timed log. Entries (a stamped line and
+    the unstamped lines under it: a stack trace stays whole) are packed in time order; the
+    entries of one minute share a chunk, and a minute that does not fit in what the chunk
+    holds already starts a new one, so chunks begin where a minute begins unless a minute
+    takes more than one chunk (a burst: cut between its entries by size). Small minutes are
+    packed together up to TARGET_CHARS. An entry longer than MAX_CHARS is cut by size like
+    text. No line is repeated between entries: entries are whole, nothing is cut mid-way."""
+    from formats import structured
+
+    packer = _LogPacker(lines, structured.time_bucket, structured.time_range)
+    for entry in structured.log_entries(lines):
+        packer.add(entry)
+    packer.finish()
+    return packer.spans
+
+
+class _LogPacker:
+    """log_spans' state: the open chunk's entries and the open minute's, not yet placed."""
+
+    def __init__(self, lines: Sequence[str], bucket: Callable[[Stamp | None], object],
+                 time_range: Callable[[Stamp | None, Stamp | None], str]) -> None:
+        self.lines = lines
+        self.bucket_of, self.time_range = bucket, time_range  # structured's
+        self.spans: list[tuple[tuple[int, int], str]] = []
+        self.open: list[LogEntry] = []
+        self.open_size = 0
+        self.minute: list[tuple[LogEntry, int]] = []  # the open minute's (entry, size),
+        # while they may still fit the open chunk
+        self.minute_size = 0
+        self.bucket: object = ()  # the open minute (structured.time_bucket), () before any
+        self.too_big = False  # the open minute did not fit: its entries are placed by size
+
+    def _size(self, entry: LogEntry) -> int:
+        return sum(len(self.lines[n - 1]) + 1 for n in range(entry.first, entry.last + 1))
+
+    def add(self, entry: LogEntry) -> None:
+        bucket = self.bucket_of(entry.stamp)
+        if bucket != self.bucket:
+            self._place_minute()
+            self.bucket, self.too_big = bucket, False
+        size = self._size(entry)
+        if self.too_big:
+            self._by_size(entry, size)
+            return
+        self.minute.append((entry, size))
+        self.minute_size += size
+        if self.open_size + self.minute_size > MAX_CHARS:  # the minute starts a chunk
+            self._close()
+            minute, self.minute, self.minute_size = self.minute, [], 0
+            self.too_big = True
+            for held, held_size in minute:
+                self._by_size(held, held_size)
+
+    def finish(self) -> None:
+        self._place_minute()
+        self._close()
+
+    def _place_minute(self) -> None:
+        """The open minute fits the open chunk (else it was placed by size): add it whole."""
+        self.open += [entry for entry, _size in self.minute]
+        self.open_size += self.minute_size
+        self.minute, self.minute_size = [], 0
+        if self.open_size >= TARGET_CHARS:
+            self._close()
+
+    def _by_size(self, entry: LogEntry, size: int) -> None:
+        if size > MAX_CHARS:  # a long stack trace: its lines by size, each with its time
+            self._close()
+            context = self.time_range(entry.stamp, entry.stamp)
+            for group in _line_groups(list(range(entry.first, entry.last + 1)), self.lines):
+                self.spans.append((_trimmed(group, self.lines), context))
+            return
+        if self.open and self.open_size + size > MAX_CHARS:
+            self._close()
+        self.open.append(entry)
+        self.open_size += size
+        if self.open_size >= TARGET_CHARS:
+            self._close()
+
+    def _close(self) -> None:
+        if not self.open:
+            return
+        stamps = [entry.stamp for entry in self.open if entry.stamp]
+        context = self.time_range(stamps[0], stamps[-1]) if stamps else ""
+        group = list(range(self.open[0].first, self.open[-1].last + 1))
+        self.spans.append((_trimmed(group, self.lines), context))
+        self.open, self.open_size = [], 0
 
 
 # ---------------------------------------------------------------------------

@@ -159,6 +159,8 @@ def test_malformed_json_is_text_and_says_so(tmp_path):
     ("a.xml", "<a>\n<b/>\n", "xml-malformed:utf-8"),
     ("b.xml", '<!DOCTYPE a [<!ENTITY e "x">]>\n<a>&e;</a>\n', "xml-unchecked:utf-8"),
     ("a.log", "2024-03-01 10:00:01 INFO start\n\tat frame\n", "log:utf-8"),
+    ("b.log", "2024-03-01 10:00:01 INFO start\n\tat frame\n2024-03-01 10:00:02 end\n",
+     "log:utf-8+time"),
 ])
 def test_each_format_is_labelled_and_keeps_its_lines(tmp_path, name, text, parser):
     path = tmp_path / name
@@ -225,6 +227,10 @@ def test_a_config_chunk_carries_its_section_in_context(tmp_path):
                 for name, row in rows.items()}
     for name, row in rows.items():
         assert len(row["chunks"]) > 2, name
+        if name.endswith(".yml"):  # YAML: the key path of the chunk's first line
+            for start, context in contexts[name][1:]:
+                assert context == f"yaml jobs.step_{start - 3}", start
+            continue
         lines = (docs / name.split("/")[1]).read_text(encoding="utf-8").split("\n")
         for start, context in contexts[name][1:]:  # the nearest section above the chunk
             above = [line for line in lines[:start - 1]
@@ -232,7 +238,6 @@ def test_a_config_chunk_carries_its_section_in_context(tmp_path):
             assert context == (above[-1].split(";")[0].strip() if above else ""), (name, start)
     assert {c for _, c in contexts["docs/service.ini"]} >= {"[database]", "[cache]"}
     assert {c for _, c in contexts["docs/pyproject.toml"]} >= {"[tool.ruff]"}
-    assert {c for _, c in contexts["docs/ci.yml"]} >= {"jobs:"}
     library = Library(tmp_path / "base")
     try:
         hit = library.search("database pool_retries", 1, "bm25", "data", None)["hits"][0]
@@ -387,3 +392,24 @@ def test_a_suffix_with_its_own_reader_stays_with_it(tmp_path):
     path = tmp_path / "a.json"
     path.write_text("[1]\n", encoding="utf-8")
     assert extract.extract(path, kb.text_extensions).parser == "json:utf-8"
+
+
+def test_a_timed_log_is_chunked_at_minutes_with_its_time_range(tmp_path):
+    lines = []
+    for minute in range(6):
+        for second in range(0, 60, 6):
+            lines.append(f"2024-05-01 12:{minute:02}:{second:02},123 INFO request served ok")
+            if second == 30:
+                lines += ["Traceback (most recent call last):", "  File x, line 1"]
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "app.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    kb = make_kb(tmp_path / "base", docs)
+    assert ingest.sync(kb).failed == []
+    row = sources(kb)["docs/app.log"]
+    assert row["parser"] == "log:utf-8+time"
+    assert len(row["chunks"]) > 2
+    for chunk in row["chunks"]:
+        first = lines[chunk["line_start"] - 1]
+        assert first.startswith("2024-05-01 12:") and first[17:19] == "00", first
+        assert chunk["context"].startswith(f"log 2024-05-01 {first[11:19]} - ")
