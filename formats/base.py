@@ -72,7 +72,8 @@ class Extracted:
     parser: str  # e.g. "pypdfium2", "pypdfium2+pdfminer", "pypdfium2+ocr", "text:utf-8"
     warnings: list[str] = field(default_factory=list)  # e.g. "ocr unavailable: ..."
     attachments: list = field(default_factory=list)  # mail.Attachment: ingest.py indexes each
-    layout: str = ""  # "table": CSV, header row first; "sections": INI/TOML/YAML (chunking.py)
+    layout: str = ""  # "table": CSV, header row first; "sections": INI/TOML; "json", "jsonl",
+    # "yaml": key paths; "log": time buckets (chunking.py)
     language: str = ""  # source code's language (formats/code.py): ingest.py chunks it on its tree
 
 

@@ -413,3 +413,87 @@ def test_a_timed_log_is_chunked_at_minutes_with_its_time_range(tmp_path):
         first = lines[chunk["line_start"] - 1]
         assert first.startswith("2024-05-01 12:") and first[17:19] == "00", first
         assert chunk["context"].startswith(f"log 2024-05-01 {first[11:19]} - ")
+
+
+def _apache_log(minutes: int, status: int = 200) -> str:
+    """An Apache access log of `minutes` minutes, 20 requests a minute (written here: no
+    third-party logs in the repo)."""
+    return "".join(f'203.0.113.{n % 250} - - [01/May/2024:12:{m:02}:{n % 60:02} +0000] '
+                   f'"GET /page/{m}/{n} HTTP/1.1" {status} {512 + n}\n'
+                   for m in range(minutes) for n in range(20))
+
+
+def test_a_time_in_the_context_finds_its_lines(tmp_path):
+    # the access log writes 01/May/2024:12:07:..; the chunk's context says 2024-05-01 12:07,
+    # so a question in ISO form finds the minute, and the hit cites the file's own lines
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    text = _apache_log(12)
+    (docs / "access.log").write_text(text, encoding="utf-8")
+    kb = make_kb(tmp_path / "base", docs)
+    assert ingest.sync(kb).failed == []
+    assert sources(kb)["docs/access.log"]["parser"] == "log:utf-8+time"
+    library = Library(tmp_path / "base")
+    try:
+        hit = library.search("2024-05-01 12:07", 1, "bm25", "data", None)["hits"][0]
+        best = library.get_document_chunk(hit["merged_chunk_ids"][0], "data")
+        assert "12:07" in best["text"].split("\n")[0] and "2024-05-01" not in best["text"]
+        lines = text.split("\n")
+        shown = library.read_range(hit["source"], 1, hit["line_start"], hit["line_end"], 0,
+                                   "data")["lines"]
+        assert [line["text"] for line in shown] == \
+            lines[hit["line_start"] - 1:hit["line_end"]] == hit["text"].split("\n")
+    finally:
+        library.close()
+
+
+def test_a_json_chunk_is_found_by_its_key_path(tmp_path):
+    # deep in a long list the chunk's text holds only numbers; its context names the path
+    ports = [{"port": 8000 + n, "protocol": "tcp"} for n in range(300)]
+    data = {"services": {"web": {"image": "nginx", "ports": ports}}}
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "compose.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+    kb = make_kb(tmp_path / "base", docs)
+    assert ingest.sync(kb).failed == []
+    chunks = sources(kb)["docs/compose.json"]["chunks"]
+    deep = [c for c in chunks if "8150" in c["text"]]
+    assert deep and deep[0]["context"].startswith("json $.services.web.ports[")
+    assert "services" not in deep[0]["text"]
+    library = Library(tmp_path / "base")
+    try:
+        hits = library.search("services web ports 8150", 3, "bm25", "data", None)["hits"]
+        assert any(h["line_start"] <= deep[0]["line_start"] <= h["line_end"] for h in hits)
+    finally:
+        library.close()
+
+
+def _chunk_table(kb: kbmod.KnowledgeBase) -> list[tuple]:
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return [tuple(row) for row in conn.execute(
+            "SELECT s.name, s.parser, c.page, c.line_start, c.line_end, c.context, c.tokens, "
+            "c.text FROM chunks c JOIN sources s ON s.id = c.source_id "
+            "ORDER BY s.name, c.line_start")]
+    finally:
+        conn.close()
+
+
+def test_edited_logs_and_json_equal_a_clean_index(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "access.log").write_text(_apache_log(6), encoding="utf-8")
+    (docs / "compose.json").write_text(json.dumps({"a": list(range(400))}, indent=1),
+                                       encoding="utf-8")
+    kb = make_kb(tmp_path / "base", docs)
+    assert ingest.sync(kb).failed == []
+    # a minute rewritten in the middle, more minutes after; the list moves under a new key
+    (docs / "access.log").write_text(_apache_log(3) + _apache_log(9, 500),
+                                     encoding="utf-8")
+    (docs / "compose.json").write_text(json.dumps({"b": {"c": list(range(450))}}, indent=1),
+                                       encoding="utf-8")
+    assert ingest.sync(kb).failed == []
+    clean = make_kb(tmp_path / "clean", docs)
+    assert ingest.sync(clean).failed == []
+    assert _chunk_table(kb) == _chunk_table(clean)
+    assert any(row[5].startswith("json $.b.c[") for row in _chunk_table(kb))
