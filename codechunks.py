@@ -4,8 +4,11 @@ neighbours (imports, constants, one-line functions) are packed together.
 
 Each chunk's context names what it holds, one line per symbol, `<language> <kind> <symbol>`
 (`python method chunking.Chunker.split`), searched and embedded with it, never in its text:
-`symbols(context)` reads it back (hits show it). A chunk's lines are the file's lines (the
-page is the file, formats/code.py), cut into chunks as chunking.line_chunks cuts every
+`symbols(context)` reads it back (hits show it). A chunk inside a split definition (a method
+of a long class, the second half of a long function) also gets, after a blank line, the
+first paragraph of that definition's docstring or leading comment: what its class is for
+is what a question about the method says. A chunk's lines are the file's lines (the page is
+the file, formats/code.py), cut into chunks as chunking.line_chunks cuts every
 chunk, so ids, tokens and the long-line rule are the same as for documents. No noise lines:
 a line of code is never a running header.
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 import chunking
@@ -33,12 +36,15 @@ from fulltext import Chunk
 # -----------------------------------------------------------------------------
 MAX_CHARS = chunking.MAX_CHARS  # a piece bigger than this is split at its inner statements
 TARGET_CHARS = chunking.TARGET_CHARS  # a pack of small pieces is closed once this big
-ALONE_CHARS = 200  # a definition this big is a chunk of its own; smaller ones pack
+ALONE_CHARS = 1000  # a definition this big is a chunk of its own; smaller ones pack (up to
+# TARGET_CHARS, cAST's greedy merge of siblings: 200 gave chunks half a window's size)
 ERROR_SHARE = 0.3  # syntax errors on more of a file's lines: split at blank lines instead
 MAX_DEPTH = 60  # tree levels the splitter descends; deeper nodes are split by lines
 SYMBOL_DEPTH = 8  # tree levels below a piece searched for the definitions it holds
 SYMBOL_VISITS = 5000  # ... and nodes visited there at most (a minified line holds millions)
-MAX_SYMBOLS = 8  # symbol lines in one chunk's context
+MAX_SYMBOLS = 16  # symbol lines in one chunk's context (a pack of one-liners holds more)
+SUMMARY_CHARS = 200  # a split definition's summary in its inner chunks' contexts, cut here
+MAX_SUMMARIES = 3  # summaries in one chunk's context: of its innermost split definitions
 ALTERNATES = {"c": ("cpp",)}  # grammars tried when a language's own one fails (C++ in .h)
 UNPREFIXED = {"java", "csharp", "kotlin", "scala", "swift", "php", "ruby", "cpp"}  # paths
 # start at their packages, namespaces and classes, not at the file's name (Hudson.getInstance)
@@ -79,6 +85,11 @@ NAME_TYPES = {"identifier", "type_identifier", "simple_identifier", "constant", 
               "qualified_identifier", "qualified_name", "namespace_identifier",
               "scoped_type_identifier", "operator_name", "destructor_name"}
 ATTACHED = {"decorator", "attribute_item", "annotation", "marker_annotation", "attribute"}
+WRAPPERS = {"export_statement", "decorated_definition", "template_declaration"}  # a definition
+# inside one has its leading comment above the wrapper
+MARKERS = re.compile(  # comment and docstring marks at a line's ends
+    r"^\s*(?:[rRbBuUfF]*(?:\"\"\"|\'\'\'|\"|\')|/\*+!?|\*+/?|//[/!]?|#+|--+|;+)?\s?"
+    r"|\s*(?:\*+/|\"\"\"|\'\'\')\s*$")
 # -----------------------------------------------------------------------------
 
 Symbol = tuple[str, str]  # (kind, dotted path)
@@ -94,28 +105,55 @@ class Piece:
     defines: bool = False  # it holds a definition (comments above it join it)
     lead: bool = False  # a comment or decorator, which joins the definition below it
     alone: bool = False  # a big definition or part of a split one: never packed with others
+    summaries: list[str] = field(default_factory=list)  # of the split definitions it lies in
 
 
 def symbols(context: str) -> list[dict[str, str]]:
     """A code chunk's context read back: [{"language", "kind", "symbol"}, ...], outermost and
     first first. hits can show the first as the hit's `symbol`, `kind` and `language`."""
     found = []
-    for line in context.splitlines():
+    for line in context.split("\n\n", 1)[0].splitlines():  # the summaries come after
         parts = line.split(" ", 2)
         if len(parts) == 3:
             found.append(dict(zip(("language", "kind", "symbol"), parts, strict=True)))
     return found
 
 
-def hit_fields(parser: str, context: str) -> dict[str, str]:
-    """What a hit on a code source adds: `language`, `kind`, `symbol` of the first symbol its
-    chunk holds (`parser` is its source's, `context` its chunk's own column, not the
-    contextualizer's); {} for any other source, whose context is a heading or header row."""
+def hit_fields(parser: str, context: str, text: str = "", wanted: frozenset[str] = frozenset(),
+               tokenize: Callable[[str], list[str]] | None = None) -> dict[str, str]:
+    """What a hit on a code source adds: `language`, `kind`, `symbol` (`parser` is its
+    source's, `context` its chunk's own column, not the contextualizer's); {} for any other
+    source, whose context is a heading or header row. A chunk packs small definitions: the
+    one named is the one whose lines in the hit's `text` hold the most `wanted` (query)
+    tokens, else the chunk's first."""
     language = parser_language(parser)
     if language is None:
         return {}
     found = symbols(context)
-    return found[0] if found else {"language": language}
+    if not found:
+        return {"language": language}
+    return _focus(found, text.split("\n"), wanted, tokenize) if wanted and tokenize else found[0]
+
+
+def _focus(found: list[dict[str, str]], lines: list[str], wanted: frozenset[str],
+           tokenize: Callable[[str], list[str]]) -> dict[str, str]:
+    """Of the symbols defined in `lines` (where each one's last name first appears), the one
+    whose lines, up to the next one's start, hold the most distinct wanted tokens."""
+    starts = []
+    for symbol in found:
+        name = re.split(r"[.:]", symbol["symbol"])[-1]
+        word = re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+        row = next((n for n, line in enumerate(lines) if word.search(line)), None)
+        if symbol["kind"] != "file" and row is not None:
+            starts.append((row, symbol))
+    starts.sort(key=lambda start: start[0])
+    best, most = found[0], 0
+    for n, (row, symbol) in enumerate(starts):
+        end = starts[n + 1][0] if n + 1 < len(starts) else len(lines)
+        held = len(wanted.intersection(tokenize("\n".join(lines[row:end]))))
+        if held > most:
+            best, most = symbol, held
+    return best
 
 
 def module_name(source: str) -> str:
@@ -312,9 +350,60 @@ def _split(node, scope: Symbol, sizes: Sequence[int], depth: int) -> list[Piece]
     if not depth:  # the file: no line outside every node is left out
         children = _filled(children, 0, len(sizes) - 2, inner, sizes)
     pieces = _pack(_attach(_merge_rows(children), sizes), sizes)
+    summary = _summary(node) if inner is not scope else None
     for piece in pieces:
         piece.alone = piece.alone or inner is not scope
+        if summary and not piece.first <= summary[1] <= piece.last:  # not where it is written
+            piece.summaries.append(summary[0])
     return pieces
+
+
+def _summary(node) -> tuple[str, int] | None:
+    """(first paragraph, its first row) of a definition's Python docstring, else of the
+    comments right above it (decorators and attributes between them allowed); None without
+    one."""
+    docs = _docstring(node) or _comments_above(node)
+    if not docs:
+        return None
+    lines = [MARKERS.sub("", line) for doc in docs
+             for line in doc.text.decode("utf-8", "replace").splitlines()]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    paragraph = []
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("@"):  # a blank line or a doc tag
+            break
+        paragraph.append(line)
+    text = " ".join(" ".join(paragraph).split())
+    if len(text) > SUMMARY_CHARS:
+        text = text[:SUMMARY_CHARS].rsplit(" ", 1)[0]
+    return (text, docs[0].start_point.row) if text else None
+
+
+def _docstring(node) -> list:
+    """A Python class's or function's docstring node, as a list of at most one."""
+    body = node.child_by_field_name("body")
+    if node.type not in ("class_definition", "function_definition") or body is None or \
+            body.type != "block" or not body.named_children:
+        return []
+    first = body.named_children[0]
+    if first.type == "expression_statement" and first.named_child_count == 1:
+        first = first.named_children[0]  # older grammars wrap the string
+    return [first] if first.type == "string" else []
+
+
+def _comments_above(node) -> list:
+    """The comment nodes right above a definition (or the export or template around it), in
+    order; decorators and attributes between them and it are passed over."""
+    anchor = node.parent if node.parent is not None and node.parent.type in WRAPPERS else node
+    comments: list = []
+    row, sibling = anchor.start_point.row, anchor.prev_sibling
+    while sibling is not None and ("comment" in sibling.type or sibling.type in ATTACHED) \
+            and _rows(sibling)[1] >= row - 1:
+        if "comment" in sibling.type:
+            comments.insert(0, sibling)
+        row, sibling = sibling.start_point.row, sibling.prev_sibling
+    return comments
 
 
 def _children(node, scope: Symbol, sizes: Sequence[int], depth: int) -> list[Piece]:
@@ -377,6 +466,7 @@ def _absorb(into: Piece, other: Piece) -> None:
     into.defines = into.defines or other.defines
     into.lead = into.lead and other.lead
     into.alone = into.alone or other.alone
+    into.summaries += [s for s in other.summaries if s not in into.summaries]
 
 
 def _attach(pieces: list[Piece], sizes: Sequence[int]) -> list[Piece]:
@@ -445,7 +535,10 @@ def _paragraphs(lines: Sequence[str], scope: Symbol) -> list[Piece]:
 
 
 def _context(language: str, piece: Piece, root: str) -> str:
-    """`<language> <kind> <symbol>` per symbol the piece holds (MAX_SYMBOLS at most); the
-    file's own lines are named by the file (`python file chunking`)."""
-    return "\n".join(f"{language} {kind} {path if kind != 'file' else root}"
-                     for kind, path in piece.symbols[:MAX_SYMBOLS])
+    """`<language> <kind> <symbol>` per symbol the piece holds (MAX_SYMBOLS at most; the
+    file's own lines are named by the file, `python file chunking`), then a blank line and
+    the summaries of the split definitions it lies in, innermost first (MAX_SUMMARIES)."""
+    named = "\n".join(f"{language} {kind} {path if kind != 'file' else root}"
+                      for kind, path in piece.symbols[:MAX_SYMBOLS])
+    summaries = "\n".join(piece.summaries[:MAX_SUMMARIES])
+    return f"{named}\n\n{summaries}" if summaries else named

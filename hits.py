@@ -177,12 +177,14 @@ def with_text(conn: sqlite3.Connection, hits: list[Hit], query: str,
             lines, shown = lines[first:last + 1], shown[first:last + 1]
         hit.text = "\n".join(lines)
         hit.cut = any(was_cut for _, was_cut in shown)
-    return _with_code(conn, hits)
+    return _with_code(conn, hits, query, tokenize)
 
 
-def _with_code(conn: sqlite3.Connection, hits: list[Hit]) -> list[Hit]:
+def _with_code(conn: sqlite3.Connection, hits: list[Hit], query: str,
+               tokenize: Callable[[str], list[str]]) -> list[Hit]:
     """A hit on source code names its best chunk's language, kind and symbol path
-    (codechunks.py keeps them in the chunk's context); other hits are left as they are."""
+    (codechunks.py keeps them in the chunk's context; of a chunk that packs several, the
+    one the query's words are in); other hits are left as they are."""
     ids = [h.chunk_id for h in hits if not h.chunk_id.startswith("line:")]
     if not ids:
         return hits
@@ -193,9 +195,10 @@ def _with_code(conn: sqlite3.Connection, hits: list[Hit]) -> list[Hit]:
         "SELECT c.chunk_id, s.parser, c.context FROM chunks c JOIN sources s"
         f" ON s.id = c.source_id WHERE c.chunk_id IN ({marks}) AND s.parser LIKE 'code:%'",
         ids)}
+    wanted = frozenset(tokenize(query)) if rows else frozenset()
     for hit in hits:
         if hit.chunk_id in rows:
-            hit.code = codechunks.hit_fields(*rows[hit.chunk_id])
+            hit.code = codechunks.hit_fields(*rows[hit.chunk_id], hit.text, wanted, tokenize)
     return hits
 
 

@@ -281,13 +281,46 @@ def test_a_long_function_is_split_at_statements_and_each_part_names_it(tmp_path)
 
 def test_small_neighbours_are_packed_and_a_big_definition_stands_alone(tmp_path):
     small = "".join(f"def f{i}():\n    return {i}\n\n\n" for i in range(6))
-    big = "def big():\n" + "".join(f"    x{i} = {i} * 1000000  # a comment\n" for i in range(12))
+    big = "def big():\n" + "".join(f"    x{i} = {i} * 1000000  # a comment\n" for i in range(30))
     path = tmp_path / "mod.py"
     path.write_text(small + big, encoding="utf-8")
     _, chunks = chunks_of(path)
     assert len(chunks) == 2
     assert named(chunks[:1]) == {f"function mod.f{i}" for i in range(6)}
     assert codechunks.symbols(chunks[1].context)[0]["symbol"] == "mod.big"
+
+
+SUMMARY = "Items a customer holds before paying."
+
+
+def _methods(open_body: str, close_body: str, indent: str) -> str:
+    """Four methods of about 560 characters: a class of them is split, two to a chunk."""
+    return "".join(f"{indent}{open_body.replace('{i}', str(i))}\n" + "".join(
+        f"{indent}    this.value_{i}_{j} = compute({i}, {j}, 'a longer argument');\n"
+        for j in range(10)) + (f"{indent}{close_body}\n" if close_body else "") + "\n"
+        for i in range(4))
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("basket.py", f'class Basket:\n    """{SUMMARY}\n\n    More than its first paragraph.\n'
+                  '    """\n\n' + _methods("def method_{i}(this):", "", "    ")),
+    ("basket.js", f"/**\n * {SUMMARY}\n *\n * More than its first paragraph.\n * @class\n */\n"
+                  "export class Basket {\n" + _methods("method_{i}() {", "}", "  ") + "}\n"),
+])
+def test_a_split_class_gives_its_summary_to_the_chunks_of_its_methods(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    doc, chunks = chunks_of(path)
+    assert_lines_are_the_files(path, doc, chunks)
+    methods = [c for c in chunks if "method_" in c.text and SUMMARY not in c.text]
+    assert len(methods) >= 2
+    for chunk in methods:  # after a blank line, apart from the symbol lines hits show
+        assert chunk.context.endswith(f"\n\n{SUMMARY}")
+        named_lines = chunk.context.split("\n\n")[0].split("\n")
+        assert [f"{s['language']} {s['kind']} {s['symbol']}"
+                for s in codechunks.symbols(chunk.context)] == named_lines
+    written = next(c for c in chunks if SUMMARY in c.text)
+    assert SUMMARY not in written.context  # the chunk that holds it needs no copy
 
 
 def test_line_numbers_survive_separators_editors_do_not_break_on(tmp_path):
@@ -475,12 +508,12 @@ def test_ingest_and_search_a_folder_of_code_returns_the_function_and_its_lines(t
                        "repo/server.go": "code:go+tree-sitter"}
     source_lines = (tmp_path / "repo" / "src" / "shapes.py").read_text(encoding="utf-8").split("\n")
     start = source_lines.index("def rotate_polygon(points, angle):") + 1
-    assert (hit.source, hit.page, hit.line_start, hit.line_end) == ("repo/src/shapes.py", 1,
-                                                                    start, start + 3)
-    assert lines == source_lines[start - 1:start + 3]
-    assert codechunks.hit_fields(parsers[hit.source], row["context"]) == {
-        "language": "python", "kind": "function", "symbol": "shapes.rotate_polygon"}
-    shown = hit.to_json()  # what an agent sees: the hit names its symbol
+    # a small function packs with the helpers above it (codechunks.ALONE_CHARS) ...
+    assert (hit.source, hit.page, hit.line_end) == ("repo/src/shapes.py", 1, start + 3)
+    assert hit.line_start < start and lines == source_lines[hit.line_start - 1:start + 3]
+    assert codechunks.hit_fields(parsers[hit.source], row["context"])["symbol"] != \
+        "shapes.rotate_polygon"  # ... and is not its chunk's first symbol,
+    shown = hit.to_json()  # but the hit names the one the query's words are in
     assert (shown["language"], shown["kind"], shown["symbol"]) == \
         ("python", "function", "shapes.rotate_polygon")
     listed = library.Library(tmp_path / "base").list_sources("code")["sources"]

@@ -27,7 +27,7 @@ def clear_meta_and_links(style):
     fresh._attributes = style._attributes
     fresh._link = None
     fresh._meta = None
-    return fresh
+{CLEAR_SLOTS}    return fresh
 
 
 def duplicate(item):
@@ -40,8 +40,10 @@ def duplicate(item):
     twin._attributes = item._attributes
     twin._href = item._href
     twin._data = item._data
-    return twin
-'''
+{COPY_SLOTS}    return twin
+'''.format(  # each definition big enough to be a chunk of its own (codechunks.ALONE_CHARS)
+    CLEAR_SLOTS="".join(f"    fresh._slot_{i} = style._slot_{i}\n" for i in range(10, 30)),
+    COPY_SLOTS="".join(f"    twin._slot_{i} = item._slot_{i}\n" for i in range(10, 32)))
 OTHER = '''def render_{n}(console, options):
     """Render the style {n} with information about the console and its options."""
     lines = console.render_lines(options.style_{n}, options)
