@@ -25,7 +25,8 @@ import fulltext
 
 # ---------------------------------------------------------------------------
 WEIGHT = 0.5  # share of the best neighbour's score a code chunk gains (search.neighbourWeight)
-TOP = 10  # fused candidates whose neighbours join the candidates (dev: 10 > 20 > 50)
+TOP = 5  # fused candidates whose neighbours join the candidates (dev, chunks of 1,000-character
+# packs: 5 over 3, 7, 10 and 20 with both embedders; 10 was best over 20 and 50 with 200)
 # ---------------------------------------------------------------------------
 
 _BEFORE = (f"SELECT {fulltext.CHUNK_COLUMNS} FROM chunks c JOIN sources s ON s.id = c.source_id"

@@ -460,6 +460,21 @@ def index_windows(kb: kbmod.KnowledgeBase, root: Path, names: dict[str, str],
         indexer.close()
 
 
+def drop_strays(kb: kbmod.KnowledgeBase, names: set[str]) -> list[str]:
+    """Delete the KB's sources that are not among `names`: an earlier run's --js package, whose
+    definitions would compete with the set's (ingest adds and replaces, never removes). The
+    next reconcile drops their vectors."""
+    conn = fulltext.connect(kb.fulltext_path)
+    try:
+        strays = [name for (name,) in conn.execute("SELECT name FROM sources ORDER BY name")
+                  if name not in names]
+        for name in strays:
+            fulltext.delete_source(conn, name)
+    finally:
+        conn.close()
+    return strays
+
+
 def window_size(chunker: str) -> int:
     """`windows` -> WINDOW_LINES, `windows-N` -> N (within WINDOW_RANGE); ValueError else."""
     size = int(chunker.removeprefix("windows-")) if chunker.startswith("windows-") else (
@@ -482,6 +497,9 @@ def build(code_set: CodeSet, chunker: str, cache: Path,
     if marker.exists() and json.loads(marker.read_text(encoding="utf-8"))["fingerprint"] == want:
         return kb
     start = time.perf_counter()
+    if strays := drop_strays(kb, set(source_names(code_set.files).values())):
+        print(f"code-{chunker}: {len(strays)} sources the set no longer has dropped "
+              f"({strays[0]}, ...)", file=sys.stderr)
     root = write_copies(code_set, kb.folder / "copies")
     print(f"code-{chunker}: indexing {len(code_set.files)} files into {kb.folder}",
           file=sys.stderr)

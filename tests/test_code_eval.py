@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import fulltext
 from bench import code_eval
 from hits import Hit
 
@@ -165,3 +166,20 @@ def test_a_name_defined_twice_anywhere_is_no_identifier_query():
     both = code_eval.build_set({"js/p/a.js": js, "w.py": py},
                                {"javascript": (5, 5), "python": (5, 5)})
     assert {q.text for q in both.identifiers} == {"parseHead"}
+
+
+def test_a_rebuilt_kb_holds_only_the_sets_files(tmp_path):
+    # ingest adds and replaces: a file an earlier run indexed (another --js package) stayed in
+    # the KB, and its definitions competed with the set's for the identifier queries
+    none = {"provider": "none"}
+    extra = {"textwrap.py": TEXT, "js/p/extra.py": "def shorten_all(texts):\n    return texts\n"}
+    before = code_eval.build(code_eval.build_set(extra, {"python": (5, 5)}), "default", tmp_path,
+                             none)
+    after = code_eval.build(real_set(), "default", tmp_path, none)
+    assert after.folder == before.folder
+    conn = fulltext.connect(after.fulltext_path, readonly=True)
+    try:
+        names = [name for (name,) in conn.execute("SELECT name FROM sources")]
+    finally:
+        conn.close()
+    assert names == list(code_eval.source_names({"textwrap.py": TEXT}).values())
