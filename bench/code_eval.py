@@ -92,6 +92,11 @@ _JS_FUNCTION = re.compile(  # a named function or a class's method on a line of 
     r"(?P<indent>\s*)(?:export\s+)?(?:(?:static|async|get|set)\s+)*"
     r"(?:function\s*\*?\s*(?P<function>[A-Za-z_$][\w$]*)|#?(?P<method>[A-Za-z_$][\w$]*))"
     r"\s*\([^)]*\)\s*\{\s*$")
+_JS_DECLARED = re.compile(  # a line that may define a name: looser than _JS_FUNCTION (a head
+    # whose parameters go on, a generator, an arrow function), for counting definitions only
+    r"\s*(?:export\s+)?(?:(?:static|async|get|set|const|let|var)\s+)*\*?\s*"
+    r"(?:function\s*\*?\s*)?#?(?P<name>[A-Za-z_$][\w$]*)\s*"
+    r"(?:\(|=\s*(?:async\s+)?(?:function\b|\([^)]*\)\s*=>|[A-Za-z_$][\w$]*\s*=>))")
 _JS_KEYWORDS = frozenset(("if", "for", "while", "switch", "catch", "function", "return"))
 _FULL_STOP = re.compile(r"(?<=\.)(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\betc\.)\s")  # "e.g. x" goes on
 # -----------------------------------------------------------------------------
@@ -282,13 +287,15 @@ def search_queries(found: list[Definition], limit: int) -> list[Definition]:
 
 def declared_names(files: dict[str, str]) -> Counter[str]:
     """How often each name is defined in the whole set, every language together: Python's
-    definitions by `ast`, and every JavaScript line that declares a function or method by
-    _JS_FUNCTION's rule, with a JSDoc or without (js_definitions sees only the former)."""
+    definitions by `ast`, and every JavaScript line that may declare a function or method
+    (_JS_DECLARED: with a JSDoc or without, its parameters on one line or more, `*gen()`,
+    `const f = () =>`). A call on a line of its own counts too: a name left out of the set
+    costs a query, a name defined twice asks what no search can tell."""
     names: Counter[str] = Counter()
     for path, text in files.items():
         if language(path) == "javascript":
-            heads = (_JS_FUNCTION.fullmatch(line) for line in text.split("\n"))
-            names.update(h["function"] or h["method"] for h in heads if h)
+            heads = (_JS_DECLARED.match(line) for line in text.split("\n"))
+            names.update(h["name"] for h in heads if h and h["name"] not in _JS_KEYWORDS)
         else:
             names.update(d.name for d in definitions(path, text))
     return names

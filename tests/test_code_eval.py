@@ -160,10 +160,17 @@ def test_a_name_defined_twice_anywhere_is_no_identifier_query():
           "/**\n * Write the whole buffer.\n */\nfunction writeAll(buffer) {\n  return buffer;\n}"
           "\n/**\n * Parse the header lines.\n */\nfunction parseHead(text) {\n  return text;\n}"
           "\n\nfunction readAll(other) {\n  return other;\n}\n")
+    js += ("class Pool {\n  async parseHead(entry = this.cwd, { types } = {\n  }) {\n"
+           "    return entry;\n  }\n}\nconst writeAll = (b) => !!b;\n")  # heads _JS_FUNCTION
+    # does not match: parameters over two lines, an arrow function
     py = "def writeAll(buffer):\n    return buffer\n"
     alone = code_eval.build_set({"js/p/a.js": js}, {"javascript": (5, 5)})
-    assert {q.text for q in alone.identifiers} == {"writeAll", "parseHead"}
-    both = code_eval.build_set({"js/p/a.js": js, "w.py": py},
+    assert {q.text for q in alone.identifiers} == set()
+    solo = js.replace("parseHead(entry", "parseTail(entry").replace("const writeAll", "const w")
+    assert {q.text for q in code_eval.build_set({"js/p/a.js": solo},
+                                                {"javascript": (5, 5)}).identifiers} == \
+        {"writeAll", "parseHead"}  # readAll is still defined twice
+    both = code_eval.build_set({"js/p/a.js": solo, "w.py": py},
                                {"javascript": (5, 5), "python": (5, 5)})
     assert {q.text for q in both.identifiers} == {"parseHead"}
 
