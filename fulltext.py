@@ -204,6 +204,17 @@ def write_queued(conn: sqlite3.Connection) -> None:
         bm25.flush(conn, force=True)
 
 
+def code_sources(conn: sqlite3.Connection, names: Iterable[str]) -> set[str]:
+    """Those of the named sources that are source code (parser `code:...`): the ranking rules
+    of code (definitions first, neighbours) leave every other source as it is."""
+    names = list(set(names))
+    if not names:
+        return set()
+    marks = ",".join("?" * len(names))
+    return {name for (name,) in conn.execute(
+        f"SELECT name FROM sources WHERE name IN ({marks}) AND parser LIKE 'code:%'", names)}
+
+
 def delete_source(conn: sqlite3.Connection, name: str) -> None:
     """Drop a source whole; its Chroma ids become tombstones in the same transaction."""
     with conn:

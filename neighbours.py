@@ -39,12 +39,7 @@ _AFTER = (f"SELECT {fulltext.CHUNK_COLUMNS} FROM chunks c JOIN sources s ON s.id
 
 def code_rows(conn: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> list[sqlite3.Row]:
     """Those of the chunks that belong to code sources."""
-    names = list({row["source"] for row in rows})
-    if not names:
-        return []
-    marks = ",".join("?" * len(names))
-    code = {name for (name,) in conn.execute(
-        f"SELECT name FROM sources WHERE name IN ({marks}) AND parser LIKE 'code:%'", names)}
+    code = fulltext.code_sources(conn, (row["source"] for row in rows))
     return [row for row in rows if row["source"] in code]
 
 

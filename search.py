@@ -171,7 +171,7 @@ class Searcher:
 
     def _ranked(self, query: str, mode: Mode, source: fulltext.Sources, fusion: Fusion,
                 vector_weight: float | None, embedding: list[float] | None,
-                title_weight: float, neighbour_weight: float = neighbours.WEIGHT
+                title_weight: float, neighbour_weight: float
                 ) -> list[tuple[Candidate, float]]:
         """One question's candidates of both legs, best first, with their fused score."""
         use_bm25 = mode in ("auto", "bm25")
@@ -422,13 +422,7 @@ class Searcher:
         """The rows with the lines of code sources that define a query (`def parse_x(`,
         `class Parser`, `parseX = function`, `int parse_x(...) {`) moved to the front: a
         developer's exact search for a name wants its definition, not its first use."""
-        names = {r["source"] for r in rows}
-        if not names:
-            return rows
-        marks = ",".join("?" * len(names))
-        code = {name for (name,) in self.conn.execute(
-            f"SELECT name FROM sources WHERE name IN ({marks}) AND parser LIKE 'code:%'",
-            list(names))}
+        code = fulltext.code_sources(self.conn, (r["source"] for r in rows))
         if not code:
             return rows
         wanted = [n for n in map(definitions.name_of, queries) if n]
