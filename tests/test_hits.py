@@ -109,12 +109,21 @@ def shown(lib: library.Library, hit: hitsmod.Hit, query: str) -> dict:
 
 
 def test_a_hit_too_long_to_show_narrows_to_the_lines_holding_the_query(lib):
-    hit = whole_page_hit(lib, 7, (1, 35))
+    hit = whole_page_hit(lib, 7, (105, 112))
     last = hit.line_end
     found = shown(lib, hit, "blacklisting aborts inner tree traces")
     assert found["merged_lines"] == [1, last] and "read_range" in found["text_cut"]
-    assert 1 < found["line_start"] <= 110 <= found["line_end"] < last, found
+    assert 1 < found["line_start"] <= 105 <= 112 <= found["line_end"] < last, found
     assert "Thus, we should not count such aborts toward blacklisting as long" in found["text"]
+    assert_reads_back(lib, "docs", found)
+
+
+def test_the_window_keeps_the_best_ranked_chunk_whole_before_the_query_words(lib):
+    # regression: the query's words further down pulled the window off the chunk ranked first
+    # (a definition's line, when an identifier's parts recur in the lines below it)
+    found = shown(lib, whole_page_hit(lib, 7, (1, 35)), "blacklisting aborts inner tree traces")
+    assert found["line_start"] == 1 and found["line_end"] >= 35, found
+    assert found["line_end"] < found["merged_lines"][1]
     assert_reads_back(lib, "docs", found)
 
 

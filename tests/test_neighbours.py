@@ -13,6 +13,7 @@ import pytest
 import fulltext
 import ingest
 import kb as kbmod
+import neighbours
 import search
 
 STYLE = '''"""Terminal styles."""
@@ -114,7 +115,7 @@ def test_documents_are_ranked_alone(tmp_path: Path):
 
 def test_the_kb_setting_turns_it_off_and_is_bounded(tmp_path: Path):
     kb = kbmod.open_or_create(tmp_path, "repo")
-    assert kbmod.search_settings(kb)["neighbour_weight"] == 0.5
+    assert kbmod.search_settings(kb)["neighbour_weight"] == neighbours.WEIGHT > 0
     config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
     for weight, fine in ((0, True), (2, False)):
         (kb.folder / "config.json").write_text(
