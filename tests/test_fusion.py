@@ -14,6 +14,7 @@ import fulltext
 import fusion
 import ingest
 import kb as kbmod
+import neighbours
 import search
 
 
@@ -133,12 +134,12 @@ def test_search_settings_default_to_search_py_and_take_the_kb_block(tmp_path: Pa
     kbmod.open_or_create(tmp_path, "docs")
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
         "fusion": fusion.DEFAULT_FUSION, "vector_weight": 0.2, "title_weight": 0.3,
-        "diversity": 0.0, "neighbour_weight": 0.5}
+        "diversity": 0.0, "neighbour_weight": neighbours.WEIGHT}
     write_config(tmp_path, {"search": {"fusion": "convex", "vectorWeight": 0}})
     kb = kbmod.load(tmp_path, "docs")
     assert kbmod.search_settings(kb) == {"fusion": "convex", "vector_weight": 0,
                                          "title_weight": 0.3,
-        "diversity": 0.0, "neighbour_weight": 0.5}
+        "diversity": 0.0, "neighbour_weight": neighbours.WEIGHT}
     assert kb.to_json()["search"] == {"fusion": "convex", "vectorWeight": 0}
 
 
@@ -152,7 +153,7 @@ def test_the_default_weight_follows_the_embedder(tmp_path: Path) -> None:
     write_config(tmp_path, {"embedding": openai})
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
         "fusion": "minmax", "vector_weight": 0.45, "title_weight": 0.3,
-        "diversity": 0.0, "neighbour_weight": 0.5}
+        "diversity": 0.0, "neighbour_weight": neighbours.WEIGHT}
     write_config(tmp_path, {"embedding": openai, "search": {"vectorWeight": 0.2}})
     assert kbmod.search_settings(kbmod.load(tmp_path, "docs"))["vector_weight"] == 0.2
     write_config(tmp_path, {"embedding": openai, "search": {"fusion": "convex"}})
