@@ -2,9 +2,12 @@
 chunks on the syntax tree with symbol paths, fallback to blank lines, and ingest + search.
 
 Real files: the Python standard library and its venv's Activate.ps1 and C headers (on every
-machine with Python), and GitHub Linguist's samples (real files from many projects, for
-every language) when a copy of that repository is at LINECITE_LINGUIST or ../.mirror (the
-tests that need it skip otherwise). The short snippets below were written for these tests.
+machine with Python); one file per language from the tests/examplefiles of the Pygments sdist
+on PyPI (pinned by requirements-samples.txt, fetched by .ci/run into .ci/samples, or at
+LINECITE_PYGMENTS_SDIST), read out of the archive; and GitHub Linguist's samples (real files
+from many projects, for every language) when a copy of that repository is at
+LINECITE_LINGUIST or ../.mirror. The tests that need an absent one skip, saying how to get it.
+The short snippets below were written for these tests.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import os
 import subprocess
 import sys
 import sysconfig
-from pathlib import Path
+import tarfile
+from pathlib import Path, PurePosixPath
 
 import pytest
 from conftest import SHARED
@@ -33,6 +37,10 @@ pytest.importorskip("tree_sitter_language_pack")
 
 LINGUIST = Path(os.environ.get("LINECITE_LINGUIST") or
                 SHARED.resolve().parent / ".mirror" / "github-linguist+linguist" / "repo")
+PYGMENTS = "pygments-2.21.0"  # the sdist requirements-samples.txt pins
+PYGMENTS_SDIST = Path(os.environ.get("LINECITE_PYGMENTS_SDIST") or
+                      Path(__file__).resolve().parent.parent / ".ci" / "samples" /
+                      f"{PYGMENTS}.tar.gz")
 
 # language -> (file name, text, symbols its chunks must name): nested classes and methods
 SNIPPETS: dict[str, tuple[str, str, set[str]]] = {
@@ -395,6 +403,19 @@ def _stdlib(*parts: str) -> Path:
     return path
 
 
+def assert_real_file_chunks(path: Path, symbol: str | None) -> str:
+    """A real file's chunks keep its lines, each within MAX_CHARS, and name `symbol` (a file
+    the grammar parses; None where it names nothing checkable). Returns the file's parser, for
+    callers that know which one it must be."""
+    doc, chunks = chunks_of(path)
+    assert_lines_are_the_files(path, doc, chunks)
+    assert all(len(c.text) <= codechunks.MAX_CHARS for c in chunks)
+    if symbol is not None:
+        assert doc.parser.endswith("+tree-sitter")
+        assert symbol in named(chunks), sorted(named(chunks))
+    return doc.parser
+
+
 # json/decoder.py regression: a docstring opened in place (its escapes were its only
 # children) lost the lines between them, 29 lines in no chunk
 @pytest.mark.parametrize("parts", [("json", "decoder.py"), ("argparse.py",),
@@ -458,12 +479,69 @@ def test_real_files_of_every_language_from_linguist(tmp_path, sample, symbol):
     path = _linguist(tmp_path, sample)
     if path.suffix.lower() not in languages.LANGUAGES:  # a sample named by a variant suffix
         path = path.rename(path.with_suffix({".kojo": ".scala", ".p8": ".lua"}[path.suffix]))
-    doc, chunks = chunks_of(path)
-    assert_lines_are_the_files(path, doc, chunks)
-    assert all(len(c.text) <= codechunks.MAX_CHARS for c in chunks)
-    if symbol is not None:
-        assert doc.parser.endswith("+tree-sitter")
-        assert symbol in named(chunks), sorted(named(chunks))
+    assert_real_file_chunks(path, symbol)
+
+
+PYGMENTS_SAMPLES: dict[str, tuple[str, str | None, str | None]] = {
+    # language -> (path under tests/examplefiles/, the grammar that parses it or None where
+    # syntax errors send it to blank lines, a symbol its chunks must name or None)
+    "python": ("python/linecontinuation.py", "python", "function linecontinuation.spam"),
+    "javascript": ("js/general.js", "javascript", "method general.A.constructor"),
+    "typescript": ("ts/typescript_example.ts", "typescript",
+                   "method typescript_example.Snake.move"),
+    "tsx": ("tsx/sample.tsx", "tsx", "function sample.Foo"),
+    "java": ("java/test.java", "java", "method PlatformManagerImpl.performRecoverableFileDelete"),
+    "csharp": ("csharp/test.cs", "csharp", "method Diva.Core.OpenerTask.ExecuteStep"),
+    "go": ("go/generics.go", "go", "function generics.PtrOf"),
+    "rust": ("rust/eval.rs", "rust", "method eval.Val.as_usize"),
+    # Ruby's array.c: its #ifdef'd K&R function heads defeat the C grammar, C++'s reads it
+    "c": ("c/example.c", "cpp", "function rb_ary_new"),
+    "cpp": ("cpp/namespace.cpp", "cpp", "method std.exprimental.inner.QualifiedName.local_name"),
+    "kotlin": ("kotlin/example.kt", "kotlin", "method Countries.get"),
+    "swift": ("swift/test.swift", "swift", "method GameViewController.viewDidLoad"),
+    "php": ("php/test.php", "php", "method Zip.load_file"),
+    "ruby": ("rb/example.rb", "ruby", "method BBCode.Parser.Attribute.parse"),
+    "scala": ("scala/declarations.scala", "scala", "function foldRight"),
+    "bash": ("bash/example.sh", "bash", None),  # no functions in it
+    "powershell": ("powershell/test.ps1", "powershell", "function test.Invoke-SqlCmd2"),
+    "sql": ("tsql/tsql_example.sql", None, None),  # T-SQL: the grammar errs on 39% of it
+    "lua": ("lua/example.lua", "lua", "function example.private.OnLoad"),
+    "r": ("splus/test.R", "r", "function test.foo"),
+    "dart": ("dart/test.dart", "dart", "method test.Greeter.compareTo"),
+}
+
+
+@pytest.fixture(scope="module")
+def pygments_samples() -> dict[str, bytes]:
+    """The PYGMENTS_SAMPLES files' bytes, read in one pass over the sdist (a member is found
+    by reading the gzip stream up to it, so one pass per file would read it 21 times)."""
+    if not PYGMENTS_SDIST.is_file():
+        pytest.skip(f"needs the {PYGMENTS} sdist at {PYGMENTS_SDIST} (or LINECITE_PYGMENTS_SDIST):"
+                    " pip download --no-deps --no-binary :all: --require-hashes "
+                    "-r requirements-samples.txt -d .ci/samples")
+    wanted = {f"{PYGMENTS}/tests/examplefiles/{sample}": sample
+              for sample, _, _ in PYGMENTS_SAMPLES.values()}
+    found = {}
+    with tarfile.open(PYGMENTS_SDIST, "r:gz") as sdist:
+        for member in sdist:
+            if member.name in wanted and member.isfile():
+                found[wanted[member.name]] = sdist.extractfile(member).read()
+    return found
+
+
+def test_pygments_samples_cover_every_language():
+    assert set(PYGMENTS_SAMPLES) == set(languages.LANGUAGES.values())
+    for language, (sample, _, _) in PYGMENTS_SAMPLES.items():
+        assert languages.language_of(Path(sample)) == language
+
+
+@pytest.mark.parametrize("language", sorted(PYGMENTS_SAMPLES))
+def test_real_files_of_every_language_from_pygments(tmp_path, pygments_samples, language):
+    sample, grammar, symbol = PYGMENTS_SAMPLES[language]
+    path = tmp_path / PurePosixPath(sample).name
+    path.write_bytes(pygments_samples[sample])
+    parser = assert_real_file_chunks(path, symbol)
+    assert parser == (f"code:{grammar}+tree-sitter" if grammar else f"code:{language}+lines")
 
 
 # ----------------------------------------------------------------------------- end to end
