@@ -34,8 +34,9 @@ from formats.languages import parser_language
 from fulltext import Chunk
 
 # -----------------------------------------------------------------------------
-VERSION = "2"  # of the rules below: a change that cuts unchanged code otherwise bumps it, and a
-# sync reads the code sources of an older one again (ingest.py; 2: 1,600-character packs)
+VERSION = "3"  # of the rules below: a change that cuts unchanged code otherwise bumps it, and a
+# sync reads the code sources of an older one again (ingest.py; 2: 1,600-character packs;
+# 3: a .c file the C grammar reads stays C)
 TARGET_CHARS = 1600  # a pack of small pieces is closed once this big: about a 40-line window
 # (code is short lines; documents' 1,000 made chunks of 25 lines, and the windows' 38 won)
 MAX_CHARS = 2000  # a piece bigger than this is split at its inner statements
@@ -49,7 +50,9 @@ SYMBOL_VISITS = 5000  # ... and nodes visited there at most (a minified line hol
 MAX_SYMBOLS = 32  # symbol lines in one chunk's context (a pack of one-liners holds more)
 SUMMARY_CHARS = 200  # a split definition's summary in its inner chunks' contexts, cut here
 MAX_SUMMARIES = 3  # summaries in one chunk's context: of its innermost split definitions
-ALTERNATES = {"c": ("cpp",)}  # grammars tried when a language's own one fails (C++ in .h)
+ALTERNATES = {"c": ("cpp",)}  # grammars tried when a language's own one fails (K&R C, which
+# C++'s reads), and always for a suffix of GUESSED, whose best-read grammar wins
+GUESSED = {".h"}  # C or C++: the suffix does not say
 UNPREFIXED = {"java", "csharp", "kotlin", "scala", "swift", "php", "ruby", "cpp"}  # paths
 # start at their packages, namespaces and classes, not at the file's name (Hudson.getInstance)
 DEFINITIONS: dict[str, str] = {  # node type -> kind, over all grammars (types rarely clash)
@@ -177,7 +180,7 @@ def chunk_code(source: str, doc: Extracted, tokenize: Callable[[str], list[str]]
     for line in lines:
         sizes.append(sizes[-1] + len(line) + 1)
     root = module_name(source)
-    tree, grammar, why = _parse(doc.language, lines)
+    tree, grammar, why = _parse(doc.language, lines, PurePosixPath(source).suffix.lower())
     if tree is None:
         doc.parser += "+lines"
         doc.warnings.append(f"split at blank lines, not on its syntax tree: {why}")
@@ -198,9 +201,11 @@ def chunk_code(source: str, doc: Extracted, tokenize: Callable[[str], list[str]]
 
 # ----------------------------------------------------------------------------- parsing
 
-def _parse(language: str, lines: Sequence[str]):
+def _parse(language: str, lines: Sequence[str], suffix: str):
     """(tree, grammar, "") or (None, "", why not): the package or grammar missing, or too many
-    errors in every grammar the language may be (a `.h` file is C, else C++)."""
+    errors in every grammar the language may be. The language's own grammar stands when it
+    reads the file (a .c file with one C23 construct C's grammar lacks is still C); a `.h`
+    file is whichever of C and C++ reads it with fewer errors."""
     try:
         from tree_sitter_language_pack import get_parser
     except ImportError:
@@ -218,7 +223,7 @@ def _parse(language: str, lines: Sequence[str]):
         share = _error_rows(tree.root_node) / len(lines)
         if best is None or share < best[0]:
             best = (share, grammar, tree)
-        if not share:
+        if not share or (share <= ERROR_SHARE and suffix not in GUESSED):
             break
     if best is not None and best[0] <= ERROR_SHARE:
         return best[2], best[1], ""

@@ -394,6 +394,20 @@ def test_a_cpp_header_named_h_is_read_with_the_cpp_grammar(tmp_path):
     assert {"class ui.Widget", "method ui.Widget.get"} <= named(chunks)
 
 
+def test_a_c_file_the_c_grammar_reads_stays_c(tmp_path):
+    # C23's `struct [[deprecated]] S` is one error row to the C grammar and none to C++'s:
+    # a .c file is still C (its hits say so), only a .h is whichever grammar reads it better
+    text = ("struct [[deprecated]] OldConfig {\n    int flags;\n};\n\n"
+            "static int add(int a, int b) {\n    return a + b;\n}\n")
+    for name, parser in (("config.c", "code:c+tree-sitter"), ("config.h", "code:cpp+tree-sitter")):
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        doc, chunks = chunks_of(path)
+        assert doc.parser == parser, name
+        assert_lines_are_the_files(path, doc, chunks)
+    assert "function config.add" in named(chunks_of(tmp_path / "config.c")[1])
+
+
 # ----------------------------------------------------------------------------- real files
 
 def _stdlib(*parts: str) -> Path:
