@@ -330,6 +330,39 @@ def test_a_split_class_gives_its_summary_to_the_chunks_of_its_methods(tmp_path, 
     assert SUMMARY not in written.context  # the chunk that holds it needs no copy
 
 
+READS, WRITES = "Reads the ledger from disk.", "Writes the ledger back."
+
+
+def _ledger(head: str, doc: str, close: str, indent: str = "") -> str:
+    """A definition of about 1,100 characters (alone in its chunk) with `doc` above it."""
+    body = "".join(f"{indent}    total_{j} = compute_entry({j}, 'a longer argument here');\n"
+                   for j in range(18))
+    return f"{doc}{indent}{head}\n{body}{close}\n\n"
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("ledger.py", _ledger("def read_ledger(path):", "", "").replace(
+        "):\n", f'):\n    """{READS}"""\n', 1) + _ledger("def balance(path):", "", "")
+     + _ledger("def write_ledger(path):", "", "").replace("):\n", f'):\n    """{WRITES}"""\n', 1)),
+    ("ledger.js", _ledger("function readLedger(path) {", f"/** {READS} */\n", "}")
+     + _ledger("function balance(path) {", "", "}")
+     + _ledger("function writeLedger(path) {", f"// {WRITES}\n", "}")),
+])
+def test_a_chunk_carries_the_summaries_of_the_definitions_beside_it(tmp_path, name, text):
+    # like a chunk overlap: the words that say what the code around it does (a question
+    # asked in them finds this chunk too, and two neighbours that both match join one hit)
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    doc, chunks = chunks_of(path)
+    assert_lines_are_the_files(path, doc, chunks)
+    assert len(chunks) == 3 and doc.parser.endswith("+tree-sitter")
+    first, middle, last = chunks
+    assert middle.context.split("\n\n")[1:] == [f"{READS}\n{WRITES}"]
+    assert [s["symbol"] for s in codechunks.symbols(middle.context)] == [f"{path.stem}.balance"]
+    assert READS not in first.context and WRITES not in last.context  # its own is in its text
+    assert "\n\n" not in first.context + last.context  # the middle one has none to give
+
+
 def test_line_numbers_survive_separators_editors_do_not_break_on(tmp_path):
     # Regression guard: clean_lines turns U+2028 into a line break, which would renumber
     # every later line of a JavaScript file holding one in a string

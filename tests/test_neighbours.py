@@ -20,7 +20,10 @@ STYLE = '''"""Terminal styles."""
 
 
 def clear_meta_and_links(style):
-    """Get a copy of this style with link and meta information removed."""
+    """Drop what it points to.
+
+    Get a copy of this style with link and meta information removed.
+    """
     fresh = Style.__new__(Style)
     fresh._ansi = style._ansi
     fresh._color = style._color
@@ -97,7 +100,8 @@ def test_without_the_lift_the_neighbour_is_outranked(code):
 
 
 def test_a_neighbour_no_leg_supports_is_not_lifted(code):
-    # "removed" is only in clear_meta_and_links: duplicate() matches nothing, so it stays out
+    # "removed" is only in clear_meta_and_links (past the docstring's first paragraph, which
+    # duplicate()'s context holds): duplicate() matches nothing, so it stays out
     found = code.search("removed", 5, "auto")
     assert [(h.source.rsplit("/", 1)[-1], h.line_end < COPY_LINE) for h in found] == \
         [("style.py", True)]
