@@ -395,7 +395,7 @@ def _summary(node) -> tuple[str, int] | None:
 
 def _own_summary(node) -> list[str]:
     """[the summary] of a definition, or of the one a wrapper (decorators, export) holds."""
-    if node.type in WRAPPERS or node.type == "decorated_definition":
+    if node.type in WRAPPERS:
         node = next((c for c in node.named_children if _kind(c)), node)
     found = _summary(node) if _kind(node) else None
     return [found[0]] if found else []
