@@ -177,8 +177,7 @@ def _insert_segment(conn: sqlite3.Connection, ids: np.ndarray, lens: np.ndarray,
     strings, was most of a merge's time. The codes are ranked in the terms' order first, so
     the rows reach the (term, seg) index in its own order."""
     seg = _add_segment(conn, ids, lens)
-    codes = _term_ranks(names)[codes]
-    names = sorted(names)
+    names, codes = _in_term_order(names, codes)
     order = np.lexsort((posting_ids, codes))
     codes, pids = codes[order], posting_ids[order].astype(ID)
     ptfs = np.minimum(posting_tfs[order], 65535).astype(TF)
@@ -189,13 +188,14 @@ def _insert_segment(conn: sqlite3.Connection, ids: np.ndarray, lens: np.ndarray,
                       for a, b in zip(starts, ends, strict=True)))
 
 
-def _term_ranks(names: list[str]) -> np.ndarray:
-    """Each name's place in sorted order, by its code: rows written in index order keep
-    SQLite appending to the pages it just wrote (random order made a 50 MB text's postings
-    most of its ingest)."""
+def _in_term_order(names: list[str], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The names sorted, and the codes renumbered to match (one sort): rows written in index
+    order keep SQLite appending to the pages it just wrote (random order made a 50 MB text's
+    postings most of its ingest)."""
+    order = sorted(range(len(names)), key=names.__getitem__)
     ranks = np.empty(len(names), np.int64)
-    ranks[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
-    return ranks
+    ranks[order] = np.arange(len(names))
+    return [names[i] for i in order], ranks[codes]
 
 
 def merge_tiers(conn: sqlite3.Connection) -> None:
