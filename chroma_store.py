@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import embedders
-import paths
-from embedders import Embedder, EmbedderMismatch, embedder_for
+from common import paths
+from providers import embedders
+from providers.embedders import Embedder, EmbedderMismatch, embedder_for
 
 if TYPE_CHECKING:
     from chromadb.api.types import Documents, EmbeddingFunction

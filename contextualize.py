@@ -30,9 +30,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import chat
-import embedders
 import fulltext
+from providers import chat, embedders
 
 # -----------------------------------------------------------------------------
 PROVIDERS = (*chat.PROVIDERS, "none")  # contextualizer.provider values

@@ -29,12 +29,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import doc_language
-from fulltext_schema import FILENAME as FILENAME
-from fulltext_schema import SCHEMA_VERSION as SCHEMA_VERSION
-from fulltext_schema import IndexUnavailable as IndexUnavailable
-from fulltext_schema import SchemaError as SchemaError
-from fulltext_schema import connect as connect
+from index import doc_language
+from index.fulltext_schema import FILENAME as FILENAME
+from index.fulltext_schema import SCHEMA_VERSION as SCHEMA_VERSION
+from index.fulltext_schema import IndexUnavailable as IndexUnavailable
+from index.fulltext_schema import SchemaError as SchemaError
+from index.fulltext_schema import connect as connect
 
 
 @dataclass(frozen=True)
@@ -189,8 +189,7 @@ def touch_source(conn: sqlite3.Connection, name: str, size: int, mtime: float) -
 def _flush_bm25(conn: sqlite3.Connection) -> None:
     """Bring bm25.py's postings up to date before the writer commits (the triggers queued
     what changed) once FLUSH_MIN chunks wait; fewer are scored from their tokens."""
-    import bm25
-
+    from index import bm25
     bm25.flush(conn)
 
 
@@ -198,8 +197,7 @@ def write_queued(conn: sqlite3.Connection) -> None:
     """Write every queued chunk's postings, however few: at the end of a writer's run, so
     a server does not read and split the waiting chunks' tokens on every query (7 of 38 ms
     a query at 100,000 chunks)."""
-    import bm25
-
+    from index import bm25
     with conn:
         bm25.flush(conn, force=True)
 
@@ -545,8 +543,7 @@ def fts_totals(conn: sqlite3.Connection) -> tuple[int, int]:
 def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
     """The FTS5 query for these tokens: those `bm25.choose_terms` keeps, by chunks_fts's own
     (live) document counts, in query order (the same scores)."""
-    import bm25
-
+    from index import bm25
     tokens = list(dict.fromkeys(t for t in query_tokens if t))
     if not tokens:
         return quote_fts(tokens)
@@ -580,8 +577,7 @@ def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
     `bm25.Scores` mapping rowid -> score, read once for both the ranked leg and the scores of
     the vector leg's chunks. bm25.py scores from its arrays; while it cannot (chunks still
     queued, an older index), FTS5's bm25() does, one pass without a join."""
-    import bm25
-
+    from index import bm25
     allowed = None
     if source is not None:
         import numpy as np

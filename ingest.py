@@ -32,14 +32,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import folders
 import fulltext
 import kb as kbmod
-import limits
-import paths
-import run_status
-import safeopen
-from pidlock import LockBusy, PidLock
+from common import limits, paths, run_status, safeopen
+from common.pidlock import LockBusy, PidLock
+from sources import folders
 
 # ---------------------------------------------------------------------------
 EMBED_BATCH = 32  # chunks per embedder call (and per progress step)
@@ -153,8 +150,8 @@ class Indexer:
                  report: Callable[..., None] | None = None, lock: PidLock | None = None):
         import chroma_store
         import contextualize
-        import segment
         from formats import audio
+        from index import segment
 
         self.max_file_bytes = _max_file_bytes()
         self.contexts = contextualize.Step(kb.contextualizer, segment.tokens)
@@ -195,8 +192,7 @@ class Indexer:
         upgraded kiwipiepy or jieba, changed rules); returns chunks re-tokenized. Lines,
         chunks and vectors stay: only the BM25 tokens change, written in one transaction."""
         import chunking
-        import segment
-
+        from index import segment
         current = segment.signature()
         if fulltext.get_meta(self.conn, fulltext.SEGMENTER_KEY) == current:
             return 0
@@ -382,8 +378,7 @@ class Indexer:
     def _commit(self, src: fulltext.SourceFile, path: Path, doc, summary: Summary) -> None:
         """Chunk the pages and replace the source's lines and chunks in one transaction."""
         import chunking
-        import segment
-
+        from index import segment
         lines = sum(len(page) for page in doc.pages)
         no_speech = any(w.startswith("no speech:") for w in doc.warnings)  # a silent recording
         if not lines and not no_speech:  # nothing any search could find: never `ready`
@@ -391,7 +386,6 @@ class Indexer:
             return
         if doc.language:  # source code: chunks on its syntax tree, no noise lines
             import codechunks
-
             chunks = codechunks.chunk_code(src.name, doc, segment.tokens)
         else:
             noise = chunking.noise_lines(doc.pages)
@@ -658,8 +652,7 @@ def ingest_url(kb: kbmod.KnowledgeBase, url: str, force: bool = False, progress:
     source named by its normalised URL; fetching it again replaces it. The fetch runs before
     the KB's writer lock is taken; a refused or failed fetch raises url_fetch.FetchError (a
     ValueError) and changes nothing."""
-    import url_fetch
-
+    from sources import url_fetch
     with tempfile.TemporaryDirectory(prefix="linecite-url-", ignore_cleanup_errors=True) as tmp:
         got = url_fetch.fetch(url, Path(tmp), _max_file_bytes(),
                               url_fetch.private_allowed(kb.urls))
@@ -720,7 +713,6 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     only what changed, so `["embedding", "full"]` still embeds every chunk again.
     """
     import contextualize
-
     scopes = {scope} if isinstance(scope, str) else set(scope)
     if not scopes or not scopes <= set(kbmod.SCOPES):
         raise ValueError(f"scope must be one of {', '.join(kbmod.SCOPES)}, not {scope!r}")
@@ -757,7 +749,6 @@ def _expire_old_code(conn: sqlite3.Connection) -> None:
     size, date and hash, so the plan takes them as changed files (the version is recorded in
     the same transaction; a run stopped halfway leaves the rest to the next)."""
     import codechunks
-
     if fulltext.get_meta(conn, CODE_VERSION_KEY) == codechunks.VERSION:
         return
     with conn:
@@ -779,8 +770,7 @@ def _sync_buckets(indexer: Indexer, kb: kbmod.KnowledgeBase, summary: Summary, f
     """Bring the KB's `s3://` sourcePaths in: s3_source.plan lists them (a prefix that cannot
     be listed is reported and its sources kept), then gone objects are deleted and new or
     changed ones fetched and indexed."""
-    import s3_source
-
+    from sources import s3_source
     plan = s3_source.plan(indexer.conn, kb, force)
     summary.skipped += plan.skipped
     summary.sources += plan.unchanged
@@ -793,8 +783,7 @@ def _sync_urls(indexer: Indexer, kb: kbmod.KnowledgeBase, summary: Summary, forc
                should_stop: Callable[[], bool] | None) -> None:
     """Re-check the KB's URL sources (url_fetch.recheck: conditional requests) and fetch the
     changed ones again; one that does not answer is reported under `skipped` and kept."""
-    import url_fetch
-
+    from sources import url_fetch
     plan = url_fetch.recheck(url_fetch.url_sources(indexer.conn),
                              url_fetch.private_allowed(kb.urls))
     summary.skipped += plan.skipped
@@ -806,8 +795,7 @@ def _sync_urls(indexer: Indexer, kb: kbmod.KnowledgeBase, summary: Summary, forc
 def _has_urls(kb: kbmod.KnowledgeBase) -> bool:
     """Whether the KB holds sources made by ingest_url (then `full` syncs them, folders or
     not)."""
-    import url_fetch
-
+    from sources import url_fetch
     if not kb.fulltext_path.exists():
         return False
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
@@ -853,8 +841,7 @@ def _drop_server_collection(kb: kbmod.KnowledgeBase) -> None:
 def _rebuild_work(kb: kbmod.KnowledgeBase, known: list[tuple[str, str]], unread: str | None,
                   stamp: str) -> Callable[[Indexer, Summary], None]:
     """The rebuild's indexing: the files the old index named, then the sourcePaths."""
-    import url_fetch
-
+    from sources import url_fetch
     attachments = folders.attachment_sources(known)  # rebuilt with their mail
     urls = [name for name, path in known if name == path and name.startswith(URL_SCHEMES)]
     remote = {*urls, *(name for name, _path in known if name.startswith(kbmod.S3_SCHEME))}

@@ -65,10 +65,7 @@ $Venv = Join-Path $Here '.venv'
 $VenvPy = Join-Path $Venv 'Scripts\python.exe'
 $ServerPy = Join-Path $Here 'server.py'
 $Requirements = Join-Path $Here 'requirements.txt'
-$VerifyPy = Join-Path $Here 'verify_install.py'
-$McpConfigPy = Join-Path $Here 'mcp_config.py'
-$LauncherPy = Join-Path $Here 'launcher.py'
-$TessdataPy = Join-Path $Here 'tessdata.py'
+$CliPy = Join-Path $Here 'cli.py'  # the installer's helpers (setup\) run through it too
 $Launcher = Join-Path $Here 'bin\linecite.cmd'  # what launcher.py writes: every printed command uses it
 $Constraints = Join-Path $Here 'constraints.txt'  # the exact versions every pip call here installs
 $Stamp = Join-Path $Venv '.linecite-requirements.sha256'  # hashes of the requirements.txt and constraints.txt last installed
@@ -385,7 +382,7 @@ function Get-InstallInfo {
     $saved = $ErrorActionPreference
     $ErrorActionPreference = 'Continue'
     try {
-        $out = (@(& $VenvPy -X utf8 $McpConfigPy --info 2>$null) -join "`n")
+        $out = (@(& $VenvPy -X utf8 $CliPy host-config --info 2>$null) -join "`n")
         if ($LASTEXITCODE -ne 0 -or -not $out) { return $null }
         return ($out | ConvertFrom-Json)
     } catch {
@@ -518,7 +515,7 @@ if ($SelfTest) {
     # LINECITE_HOME): Hangul and Han, Chroma, index a DOCX and a PDF, search every mode, read back.
     if ($venvOk) {
         Write-Host 'The first hour, under the base folder the MCP host uses (verify_install.py --first-hour):'
-        if ((Invoke-Native $VenvPy @($VerifyPy, '--first-hour')) -ne 0) { $script:Failed += 1 }
+        if ((Invoke-Native $VenvPy @($CliPy, 'verify', '--first-hour')) -ne 0) { $script:Failed += 1 }
     }
     if ($script:Failed -gt 0) {
         Write-Host "$($script:Failed) check(s) failed."
@@ -591,7 +588,7 @@ if (-not $SkipInstall) {
 
         # -- 4. check: the server starts over stdio and lists its tools ----------------------------
         Write-Step 'Checking the install: starting server.py over stdio and listing its tools'
-        if ((Invoke-Native $VenvPy @($VerifyPy)) -ne 0) {
+        if ((Invoke-Native $VenvPy @($CliPy, 'verify')) -ne 0) {
             Stop-Install 'the installed server did not list its tools (see above); the install is broken'
         }
         # Only a checked install is recorded as done, so a failed run is retried next time.
@@ -611,7 +608,7 @@ Set-BasePaths ([string]$Facts.base)
 if (-not $UserHome -and @($Facts.legacy_bases).Count -gt 0) {
     Write-Step "Moving the base folder to $Base (every process sees it there)"
     if ((Stop-Server) -gt 0) { $script:Restart = $true }
-    if ((Invoke-Native $VenvPy @($McpConfigPy, '--move-legacy-base')) -ne 0) {
+    if ((Invoke-Native $VenvPy @($CliPy, 'host-config', '--move-legacy-base')) -ne 0) {
         Stop-Install ('the old base folder could not be moved (see above); nothing was lost. Quit Claude Desktop ' +
             'from its tray icon, then run install.ps1 again.')
     }
@@ -672,7 +669,7 @@ if ($WithOcr) {
         $missing = Get-MissingTessdata $UserTessdata
         if ($missing.Count -gt 0) {
             Write-Step "Fetching Tesseract's $($missing -join ' and ') data into $UserTessdata"
-            if ((Invoke-Native $VenvPy @($TessdataPy, $UserTessdata, 'kor', 'chi_sim')) -eq 0) {
+            if ((Invoke-Native $VenvPy @($CliPy, 'tessdata', $UserTessdata, 'kor', 'chi_sim')) -eq 0) {
                 $script:Changed = $true
             }
         }
@@ -749,7 +746,7 @@ if ($WhisperModelDir) {
 Write-Step 'Writing the launcher (bin\linecite.cmd)'
 $before = ''
 if (Test-Path -LiteralPath $Launcher) { $before = Get-Content -LiteralPath $Launcher -Raw }
-if ((Invoke-Native $VenvPy @($LauncherPy)) -ne 0) {
+if ((Invoke-Native $VenvPy @($CliPy, 'launcher')) -ne 0) {
     Stop-Install 'launcher.py could not write bin\linecite.cmd (see above)'
 }
 if ($before -ne (Get-Content -LiteralPath $Launcher -Raw)) { $script:Changed = $true }
@@ -762,7 +759,7 @@ if ($ConfigureClaude) {
     # and the classic one; the merge (backup, keep other servers, valid JSON) is mcp_config.py's.
     $ClaudeConfigs = @($Facts.claude_configs)
     $before = @($ClaudeConfigs | ForEach-Object { if (Test-Path -LiteralPath $_) { Get-Content -LiteralPath $_ -Raw } else { '' } })
-    if ((Invoke-Native $VenvPy @($McpConfigPy, '--claude-auto')) -ne 0) {
+    if ((Invoke-Native $VenvPy @($CliPy, 'host-config', '--claude-auto')) -ne 0) {
         Stop-Install "could not update Claude Desktop's config ($($ClaudeConfigs -join '; ')) (see above)"
     }
     $after = @($ClaudeConfigs | ForEach-Object { if (Test-Path -LiteralPath $_) { Get-Content -LiteralPath $_ -Raw } else { '' } })
@@ -850,7 +847,7 @@ if ($ServesHttp) {
         Write-Host "  (not started: -NoLaunch; start it with: powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -SkipInstall -Port $Port)"
     }
     Write-Host 'MCP host config for it (Cursor''s mcp.json; other hosts take the same "url"):'
-    $null = Invoke-Native $VenvPy @($McpConfigPy, '--url', $Url)
+    $null = Invoke-Native $VenvPy @($CliPy, 'host-config', '--url', $Url)
     Write-Host "Claude Code: claude mcp add --transport http linecite $Url"
     Write-Host 'Use only this: a stdio entry for linecite as well would start a second server on the'
     Write-Host 'same stores. Claude Desktop starts its servers over stdio: for it, run without -Http.'
@@ -863,7 +860,7 @@ if ($ServesHttp) {
     Write-Host 'no server to keep running (one host: Claude Desktop, Cursor, ...). Paste this into'
     Write-Host "claude_desktop_config.json or Cursor's mcp.json (or run again with -ConfigureClaude"
     Write-Host "to write it into Claude Desktop's config):"
-    $null = Invoke-Native $VenvPy @($McpConfigPy)
+    $null = Invoke-Native $VenvPy @($CliPy, 'host-config')
     Write-Host 'Several hosts or agents sharing one server, or a host that speaks only HTTP: run'
     Write-Host "install.ps1 -Http instead of this block (not both: two servers, one store)."
 }

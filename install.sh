@@ -309,7 +309,7 @@ print("".join(hashlib.sha256(pathlib.Path(f).read_bytes()).hexdigest() for f in 
 
         # -- 4. check: the server starts over stdio and lists its tools ------------------------
         step "Checking the install: starting server.py over stdio and listing its tools"
-        "$VENV_PY" "$HERE/verify_install.py" ||
+        "$VENV_PY" "$HERE/cli.py" verify ||
             die "the installed server did not list its tools (see above); the install is broken"
         # Only a checked install is recorded as done, so a failed run is retried next time.
         printf '%s\n' "$WANT" >"$STAMP"
@@ -407,7 +407,7 @@ fi
 # -- 5c. the launcher: bin/linecite runs cli.py with this venv's Python and the base folder the
 # host uses, so every command printed below works from a new shell ---------------------------
 step "Writing the launcher (bin/linecite)"
-LAUNCHER="$("$VENV_PY" "$HERE/launcher.py" 2>"$VENV/.linecite-launcher.log")" || {
+LAUNCHER="$("$VENV_PY" "$HERE/cli.py" launcher 2>"$VENV/.linecite-launcher.log")" || {
     cat "$VENV/.linecite-launcher.log" >&2
     die "launcher.py could not write bin/linecite (see above)"
 }
@@ -418,7 +418,7 @@ info "$LAUNCHER (base folder $BASE)"
 if [ "$CLAUDE" = 1 ]; then
     step "Adding linecite to Claude Desktop's config"
     before="$(cat "$CLAUDE_CONFIG" 2>/dev/null || true)"
-    "$VENV_PY" "$HERE/mcp_config.py" --claude "$CLAUDE_CONFIG" ||
+    "$VENV_PY" "$HERE/cli.py" host-config --claude "$CLAUDE_CONFIG" ||
         die "could not update $CLAUDE_CONFIG (see above)"
     [ "$before" = "$(cat "$CLAUDE_CONFIG")" ] || CHANGED=1
 fi
@@ -485,7 +485,7 @@ if [ "$HTTP" = 1 ]; then
     [ "$LAUNCH" = 1 ] || echo "  (not started: --no-launch; start it with 'bash $HERE/install.sh" \
         "--skip-install --port $PORT')"
     echo "MCP host config for it (Cursor's mcp.json; other hosts take the same \"url\"):"
-    "$VENV_PY" "$HERE/mcp_config.py" --url "$URL"
+    "$VENV_PY" "$HERE/cli.py" host-config --url "$URL"
     echo "Claude Code: claude mcp add --transport http linecite $URL"
     echo "Use only this: a stdio entry for linecite as well would start a second server on the"
     echo "same stores. Claude Desktop starts its servers over stdio: for it, run without --http."
@@ -497,7 +497,7 @@ else
     echo "no server to keep running (one host: Claude Desktop, Cursor, ...). Paste this into"
     echo "claude_desktop_config.json or Cursor's mcp.json (or run again with --configure-claude"
     echo "to write it into Claude Desktop's config):"
-    "$VENV_PY" "$HERE/mcp_config.py"
+    "$VENV_PY" "$HERE/cli.py" host-config
     echo "Several hosts or agents sharing one server, or a host that speaks only HTTP: run"
     echo "'bash $HERE/install.sh --http' instead of this block (not both: two servers, one store)."
 fi

@@ -22,18 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import atomic
-import chat
 import contextualize as ctx
-import embedders
 import fulltext
-import fusion
-import limits
-import neighbours
-import query_expansion as qe
-import rerank
-import run_status
-import titles
+from common import atomic, limits, run_status
+from providers import chat, embedders
+from ranking import fusion, neighbours, rerank, titles
+from ranking import query_expansion as qe
 
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"

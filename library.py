@@ -24,17 +24,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import filters
 import fulltext
 import kb as kbmod
-import limits
-import multikb
-import run_status
-from filters import Filters
+from common import limits, run_status
+from common.limits import UserError, check_text, shown
+from common.pidlock import LockBusy, PidLock
 from formats.languages import parser_language
 from kb import config_stamp
-from limits import UserError, check_text, shown
-from pidlock import LockBusy, PidLock
+from ranking import filters
+from ranking.filters import Filters
+from service import multikb
 
 ALLOWED_DIRS_ENV = "LINECITE_ALLOWED_DIRS"  # extra folders ingest_file may read (os.pathsep list)
 MAX_CONTEXT = 50  # read_range's context lines each side
@@ -335,9 +334,9 @@ class Library:
     def _search_kb(self, kb: str, asked: list[str], top_k: int, mode: str, source: str | None,
                    diversity: float | None, expand: bool, case_sensitive: bool,
                    filters: Filters | None) -> dict:
-        import rerank
         import search
-        from embedders import EmbedderMismatch
+        from providers.embedders import EmbedderMismatch
+        from ranking import rerank
 
         if source is not None:
             source = self._sources_named(kb, source)
@@ -408,8 +407,7 @@ class Library:
     def _reranker(self, kb: kbmod.KnowledgeBase):
         """The KB's reranker (None without a `rerank` block), one per block: each holds an
         HTTP client and its endpoint's failure pause."""
-        import rerank
-
+        from ranking import rerank
         key = json.dumps(kb.rerank, sort_keys=True)
         if key not in self._rerankers:
             self._rerankers[key] = rerank.reranker_for(kb.rerank)
@@ -434,8 +432,7 @@ class Library:
         """The KB's query expansion of the question (None without a `queryExpansion`
         block), with the agent's own phrasings after it. Made with no lock held: the LLM
         is bounded by the block's timeout and falls back to the question alone."""
-        import query_expansion
-
+        from ranking import query_expansion
         with self.reading(kb_id) as entry:
             expander = query_expansion.expander_for(entry.kb.query_expansion)
             if expander is None:
@@ -574,8 +571,7 @@ class Library:
         private or metadata address unless the KB allows private ones). A refused URL
         changes nothing, and creates no KB."""
         import ingest
-        import url_fetch
-
+        from sources import url_fetch
         check_text(url, "url", url_fetch.MAX_URL_CHARS)
         url_fetch.normalise(url)  # a bad URL is refused before any KB is made
         kb = kbmod.open_or_create(self.base, self._kb_to_ingest(kb_id).id)
@@ -620,10 +616,7 @@ class Library:
         return info
 
     def check_changes(self, kb_id: str | None) -> dict:
-        import folders
-        import s3_source
-        import url_fetch
-
+        from sources import folders, s3_source, url_fetch
         kb_id = self.resolve(kb_id)
         kb = kbmod.load(self.base, kb_id)
         urls: list[tuple[str, dict]] = []
@@ -682,9 +675,8 @@ class Library:
     def _sources_matching(self, kb_id: str, pattern: str) -> list[str]:
         """The sources whose names match a path glob (`src/**/*.py`: `*` and `?` within a
         folder, `**` across folders, `[...]` a set), at most limits.MAX_GLOB_SOURCES."""
-        import ignores
-
-        regex = re.compile(ignores.glob_regex(pattern), re.DOTALL)
+        from common import globs
+        regex = re.compile(globs.glob_regex(pattern), re.DOTALL)
         with self.reading(kb_id) as entry:
             # SQLite GLOB first (its * crosses folders, its negated set is [^...]), then the regex
             rough = pattern.replace("**/", "*").replace("**", "*").replace("[!", "[^")
@@ -818,7 +810,7 @@ def vector_problem(entry: OpenKB) -> str | None:
     dropped too: every query of it would fail, so `auto` answers from BM25 at once.
     """
     import chroma_store
-    from embedders import EmbedderMismatch
+    from providers.embedders import EmbedderMismatch
 
     if entry.store is None:
         return None
@@ -849,8 +841,7 @@ def vector_problem(entry: OpenKB) -> str | None:
 def index_health(entry: OpenKB) -> dict:
     """What get_index_info says of an index: counts, states, problem files, warnings."""
     import contextualize
-    import segment
-
+    from index import segment
     conn = entry.conn
     counts = fulltext.counts(conn)
     problems = fulltext.problem_sources(conn, limits.MAX_LIST_ROWS)

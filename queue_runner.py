@@ -42,12 +42,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import atomic
 import kb as kbmod
-import paths
-import run_status
-from pidlock import LockBusy, PidLock
-from run_status import WRITER_LOCK, RunStatus, briefly_held, error_text, now, read_json, read_status
+from common import atomic, paths, run_status
+from common.pidlock import LockBusy, PidLock
+from common.run_status import (
+    WRITER_LOCK,
+    RunStatus,
+    briefly_held,
+    error_text,
+    now,
+    read_json,
+    read_status,
+)
 
 # ---------------------------------------------------------------------------
 QUEUE_FILE = "reindex-queue.json"

@@ -31,13 +31,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import Literal
 
-import definitions
 import fulltext
-import limits
-import neighbours
-import titles
-from fusion import DEFAULT_FUSION, RRF_K, Candidate, Fusion, fuse
-from hits import Hit, merge_into, with_text
+from common import limits
+from ranking import definitions, neighbours, titles
+from ranking.fusion import DEFAULT_FUSION, RRF_K, Candidate, Fusion, fuse
+from ranking.hits import Hit, merge_into, with_text
 
 # ---------------------------------------------------------------------------
 Mode = Literal["auto", "bm25", "vector", "exact"]
@@ -119,8 +117,7 @@ class Searcher:
         self.conn = conn
         self.store = store  # chroma_store.ChromaStore, or None when no embedder is configured
         if tokenize is None:
-            import segment
-
+            from index import segment
             tokenize = segment.tokens
         self.tokenize = tokenize
 

@@ -39,18 +39,14 @@ from pydantic import BeforeValidator, Field
 from pydantic import ValidationError as PydanticError
 from pydantic_core import PydanticCustomError
 
-import filters
 import kb as kbmod
-import limits
-import multikb
-import paths
-import resources
-import stdio_transport
-import watcher
-import webui
+from common import limits, paths
+from common.limits import UserError
+from common.version import VERSION
 from library import MAX_CONTEXT, Library
-from limits import UserError
-from version import VERSION
+from ranking import filters
+from service import multikb, watcher
+from surface import resources, stdio_transport, webui
 
 # ---------------------------------------------------------------------------
 DEFAULT_HOST = "127.0.0.1"

@@ -167,7 +167,7 @@ def bench_ingest(pdf_dir: Path, limit: int | None, base: Path | None) -> int:
         source.mkdir(parents=True, exist_ok=True)
         for path in sorted(pdf_dir.glob("*.pdf"))[:limit]:
             shutil.copy2(path, source / path.name)
-    floor_code = ("import chroma_store, fulltext, segment; "
+    floor_code = ("import chroma_store, fulltext; from index import segment; "
                   "chroma_store.embedder_for(None).embed_documents(['x']); "
                   "segment.tokens('revenue')")
     _, floor, _ = _measured_run(["-c", floor_code])

@@ -61,12 +61,12 @@ import chroma_store
 import chunking
 import extract
 import fulltext
-import hits
 import ingest
 import kb as kbmod
 import search
-import segment
 from bench import evaluate
+from index import segment
+from ranking import hits
 
 # -----------------------------------------------------------------------------
 SITE = Path(sysconfig.get_paths()["purelib"])  # the running venv's pure-Python packages

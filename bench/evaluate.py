@@ -36,15 +36,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import atomic
 import chroma_store
 import chunking
 import fulltext
-import hits
 import ingest
 import kb as kbmod
 import search
-import segment
+from common import atomic
+from index import segment
+from ranking import hits
 
 # -----------------------------------------------------------------------------
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"  # the team's eval sets

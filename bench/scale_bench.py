@@ -104,8 +104,7 @@ def fingerprint() -> str:
     """Changes when the code that decides the stored lines, chunks and tokens changes. How
     they are indexed is not in it: a KB built by an older schema is migrated when opened, as
     a user's is (a million chunks take hours to build, a migration minutes)."""
-    import segment
-
+    from index import segment
     digest = hashlib.sha256(f"{FORMAT} {segment.signature()}".encode())
     for name in ("chunking.py", "segment.py"):
         digest.update((REPO / name).read_bytes())
@@ -120,8 +119,7 @@ def random_vectors_embedder():
     document vectors are random unit vectors: the write path without hours of embedding."""
     import numpy as np
 
-    import embedders
-
+    from providers import embedders
     class RandomDocumentVectors(embedders.BuiltinEmbedder):
         rng = np.random.default_rng(SEED)
 
@@ -138,8 +136,7 @@ class CachedTokens:
     the tokens ingest would compute, without running Kiwi and jieba again."""
 
     def __init__(self) -> None:
-        import segment
-
+        from index import segment
         self.tokens = segment.tokens
         self.seen: dict[str, list[str]] = {}
 
@@ -189,7 +186,7 @@ def prepared_kb_folder(base: Path, n: int, want: str) -> tuple[Path, dict | None
     """The KB folder and its build record when it matches (n, want); an interrupted build of
     the same is kept to resume, a stale benchmark KB is deleted, a folder that is not one is
     refused (never delete what we did not build)."""
-    from pidlock import PidLock
+    from common.pidlock import PidLock
 
     folder = base / KB_ID
     marker = folder / MARKER
@@ -236,8 +233,7 @@ def build(base: Path, n: int) -> dict:
                             prepare_chunks_per_s=round(written / max(prepare_s, 1e-9), 1),
                             sqlite_chunks_per_s=round(written / max(sqlite_s, 1e-9), 1))
             marker.write_text(json.dumps(building), encoding="utf-8")
-        import segment
-
+        from index import segment
         fulltext.set_meta(indexer.conn, fulltext.SEGMENTER_KEY, segment.signature())
         print("scale: writing vectors through the indexer's embed_pending", file=sys.stderr)
         chroma_start = time.perf_counter()
@@ -336,10 +332,8 @@ def measure_linecite(base: Path, queries: list[dict]) -> dict:
 def pruned_as_unpruned(base: Path, texts: list[str]) -> dict:
     """How many queries' BM25 top CANDIDATES (MaxScore, what the search uses) are the list
     scoring every match gives, and the median share of matching chunks it fully scored."""
-    import bm25
     import fulltext
-    import segment
-
+    from index import bm25, segment
     conn = fulltext.connect(base / KB_ID / fulltext.FILENAME, readonly=True)
     same, shares = 0, []
     for text in texts:
@@ -361,7 +355,7 @@ def measure_baseline(base: Path, queries: list[dict], spawned: float) -> dict:
 
     import chroma_store
     import fulltext
-    import segment
+    from index import segment
     try:
         from rank_bm25 import BM25Okapi
     except ImportError:

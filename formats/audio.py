@@ -38,8 +38,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import atomic
-import paths
+from common import atomic, paths
 from formats.base import Extracted, ExtractError, listener
 
 # -----------------------------------------------------------------------------

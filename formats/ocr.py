@@ -32,8 +32,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import atomic
-import paths
+from common import atomic, paths
 from formats import IMAGE_SUFFIXES
 
 # -----------------------------------------------------------------------------

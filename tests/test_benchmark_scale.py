@@ -170,7 +170,7 @@ def test_a_folder_it_did_not_build_is_refused_not_deleted(tmp_path, capsys):
 def test_a_kb_another_run_is_building_is_left_alone(tmp_path, capsys):
     """Two runs on one --base: the second must not delete the first one's half-built KB
     (a stale or other-N KB is deleted and rebuilt, so this needs its own check)."""
-    from pidlock import PidLock
+    from common.pidlock import PidLock
 
     shared_path("eval")
     folder = tmp_path / scale_bench.KB_ID

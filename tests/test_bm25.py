@@ -8,7 +8,7 @@ from conftest import shared_path
 from rank_bm25 import BM25Okapi
 
 import fulltext
-import segment
+from index import segment
 
 N_DOCS = 400
 N_QUERIES = 60

@@ -7,12 +7,10 @@ import pytest
 from conftest import shared_path
 from test_bm25 import load_beir
 
-import bm25
 import chunking
 import fulltext
-import fulltext_schema
-import limits
-import segment
+from common import limits
+from index import bm25, fulltext_schema, segment
 
 
 def add(conn, name: str, text: str) -> None:

@@ -17,9 +17,9 @@ import pytest
 from conftest import free_port, stop_process, wait_for_heartbeat
 
 import chroma_store
-import embedders
 from chroma_store import ChromaStore, collection_name
-from embedders import EmbedderMismatch, embedder_for
+from providers import embedders
+from providers.embedders import EmbedderMismatch, embedder_for
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -30,8 +30,8 @@ import ingest
 import kb as kbmod
 import library
 import search
-import segment
 from formats import languages
+from index import segment
 
 pytest.importorskip("tree_sitter_language_pack")
 

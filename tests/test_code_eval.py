@@ -11,7 +11,7 @@ import pytest
 
 import fulltext
 from bench import code_eval
-from hits import Hit
+from ranking.hits import Hit
 
 REAL = Path(textwrap.__file__)
 TEXT = REAL.read_text(encoding="utf-8")

@@ -25,7 +25,7 @@ from test_embedders import MODELS, Provider
 from test_server import PY, REPO, SERVER, ingest_cli
 
 import kb as kbmod
-import limits
+from common import limits
 
 RELOAD_LIMIT = 2.0  # seconds a running server may take to see a changed config.json
 MODEL_LOAD = 30.0  # and to load the built-in model on its first vector search (2 busy cores)

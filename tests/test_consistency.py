@@ -14,15 +14,14 @@ import pytest
 from conftest import clean_env, text_pdf
 
 import extract
-import folders
 import fulltext
-import fulltext_schema
 import ingest
 import kb as kbmod
 import queue_runner
-import run_status
-import safeopen
+from common import run_status, safeopen
 from formats import pdf as pdf_reader
+from index import fulltext_schema
+from sources import folders
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,14 +15,14 @@ import pytest
 from conftest import JsonApi
 from test_embedders import Provider
 
-import chat
 import chroma_store
 import contextualize
 import fulltext
 import ingest
 import kb as kbmod
 import search
-import segment
+from index import segment
+from providers import chat
 
 MARKER = "zephyrkappa"  # a word only the model's contexts contain
 KEYS = {"anthropic": ("ANTHROPIC_API_KEY", "sk-ant-test-777"),

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-import definitions
 import fulltext
 import ingest
 import kb as kbmod
 import search
+from ranking import definitions
 
 pytest.importorskip("tree_sitter_language_pack")
 

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import bm25_kb
 
-import doc_language
 import fulltext
-import fulltext_schema
-from filters import NoMatch, parse
+from index import doc_language, fulltext_schema
 from ingest import ingest
 from library import Library
+from ranking.filters import NoMatch, parse
 
 NOTES = {  # every note names the harbour crane, in its own language
     "ko.txt": "항구 크레인 점검 보고서\n항구의 크레인 harbour crane 점검을 오늘 마쳤습니다.\n",

@@ -19,12 +19,12 @@ import pytest
 from conftest import JsonApi, free_port, stop_process
 
 import chroma_store
-import embedders
 import fulltext
 import ingest
 import kb as kbmod
 import search
-from embedders import (
+from providers import embedders
+from providers.embedders import (
     EmbedderAuthError,
     EmbedderError,
     EmbedderMismatch,

@@ -14,10 +14,10 @@ import pytest
 from conftest import text_pdf
 from test_embedders import KEYS, MODELS, Provider
 
-import filters
 import kb as kbmod
 from ingest import ingest
 from library import Library, UserError
+from ranking import filters
 
 QUERY = "payment terms invoice"
 T2023 = datetime(2023, 6, 1, tzinfo=timezone.utc).timestamp()

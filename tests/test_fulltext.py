@@ -10,11 +10,10 @@ import pytest
 
 import chunking
 import fulltext
-import fulltext_schema
 import ingest
 import kb as kbmod
-import limits
-import segment
+from common import limits
+from index import fulltext_schema, segment
 
 
 def src(name: str, sha: str = "h1") -> fulltext.SourceFile:

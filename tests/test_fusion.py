@@ -11,11 +11,10 @@ import pytest
 
 import chroma_store
 import fulltext
-import fusion
 import ingest
 import kb as kbmod
-import neighbours
 import search
+from ranking import fusion, neighbours
 
 
 def cand(name: str, bm25: float, cosine: float, bm25_rank: int | None,

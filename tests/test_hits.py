@@ -13,12 +13,12 @@ import pytest
 from conftest import shared_path
 
 import fulltext
-import hits as hitsmod
 import ingest
 import kb as kbmod
 import library
-import limits
-import segment
+from common import limits
+from index import segment
+from ranking import hits as hitsmod
 
 TRACEMONKEY = ("corpus", "pdf", "en", "tracemonkey.pdf")
 LONG_TEXTS = (("corpus", "txt", "en", "norwich-city.txt"),  # one 741-line page

@@ -17,12 +17,12 @@ from conftest import shared_path, text_pdf
 
 import chunking
 import extract
-import folders
 import formats.base
 import fulltext
 import ingest
 import kb as kbmod
-import segment
+from index import segment
+from sources import folders
 
 REPO = Path(__file__).resolve().parent.parent
 

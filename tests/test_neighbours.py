@@ -13,8 +13,8 @@ import pytest
 import fulltext
 import ingest
 import kb as kbmod
-import neighbours
 import search
+from ranking import neighbours
 
 STYLE = '''"""Terminal styles."""
 

@@ -12,10 +12,10 @@ import time
 import pytest
 from conftest import JsonApi
 
-import chat
 import fulltext
 import kb as kbmod
-import query_expansion as qe
+from providers import chat
+from ranking import query_expansion as qe
 
 KEY = "sk-test-5151"
 QUESTION = "When is the release?"

@@ -17,14 +17,13 @@ from test_embedders import Provider
 
 import chroma_store
 import fulltext
-import fulltext_schema
 import ingest
 import kb as kbmod
 import library
-import limits
 import queue_runner
-import run_status
-from pidlock import PidLock
+from common import limits, run_status
+from common.pidlock import PidLock
+from index import fulltext_schema
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -27,10 +27,9 @@ from test_hostile_server import read_only_folder
 
 import chroma_store
 import ingest
-import limits
-import run_status
+from common import limits, run_status
+from common.pidlock import PidLock
 from library import Library
-from pidlock import PidLock
 
 REPO = Path(__file__).resolve().parent.parent
 QUERY = "cargo containers crane"  # harbour.txt's words

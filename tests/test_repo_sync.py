@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import folders
 import fulltext
-import ignores
 import ingest
 import kb as kbmod
+from sources import folders, ignores
 
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="needs git on PATH (its answer is the oracle)")

@@ -15,11 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import JsonApi, free_port
 
-import embedders
 import kb as kbmod
-import limits
-import rerank
-from rerank import RerankError, parse_ranking, reranker_for
+from common import limits
+from providers import embedders
+from ranking import rerank
+from ranking.rerank import RerankError, parse_ranking, reranker_for
 
 KEY_ENV, KEY = "LINECITE_TEST_RERANK_KEY", "rk-test-5150"
 QUERY = "harbour crane"

@@ -17,8 +17,8 @@ from conftest import clean_env
 from mcp_types import PaginatedRequestParams
 
 import kb as kbmod
-import resources
 from ingest import ingest
+from surface import resources
 
 REPO = Path(__file__).resolve().parent.parent
 KOREAN = "계약서 2024/임대 계약 (최종).txt"

@@ -16,7 +16,7 @@ from conftest import image_pdf
 import ingest
 import kb as kbmod
 import queue_runner
-import run_status
+from common import run_status
 from formats import ocr
 
 PAGES = 5

@@ -22,7 +22,7 @@ import fulltext  # noqa: E402
 import ingest  # noqa: E402
 import kb as kbmod  # noqa: E402
 import library  # noqa: E402
-import s3_source  # noqa: E402
+from sources import s3_source  # noqa: E402
 from tests.conftest import free_port, shared_path, stop_process  # noqa: E402
 
 KEY_ENV, SECRET_ENV = "LINECITE_TEST_S3_KEY", "LINECITE_TEST_S3_SECRET"
@@ -240,8 +240,7 @@ def test_the_endpoint_going_down_mid_sync_deletes_nothing(tmp_path, monkeypatch)
 
 
 def test_a_bucket_path_is_never_watched_or_walked_as_a_folder(server, tmp_path):
-    import watcher
-
+    from service import watcher
     docs = tmp_path / "docs"
     docs.mkdir()
     kb = make_kb(tmp_path / "base", "mixed", server, "mixed")

@@ -18,8 +18,7 @@ import fulltext
 import ingest
 import kb as kbmod
 import library
-import paths
-import safeopen
+from common import paths, safeopen
 
 REPO = Path(__file__).resolve().parent.parent
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and /dev/zero are POSIX")

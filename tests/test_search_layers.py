@@ -10,11 +10,11 @@ from conftest import JsonApi, shared_path
 from test_query_expansion import KEY, Chat
 
 import kb as kbmod
-import limits
-import query_expansion as qe
-import rerank
+from common import limits
 from ingest import ingest
 from library import Library, UserError
+from ranking import query_expansion as qe
+from ranking import rerank
 
 ENGLISH = "which statistical models forecast time series with seasonal patterns"
 KOREAN = "계절성 시계열 예측 모델"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import segment
-from segment import tokens, tokens_many
+from index import segment
+from index.segment import tokens, tokens_many
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,7 +142,8 @@ def test_tokens_many_equals_tokens_one_by_one():
 
 def test_each_segmenter_loads_only_when_its_script_first_appears():
     code = """if True:
-        import sys, segment
+        import sys
+        from index import segment
         loaded = lambda: sorted({'kiwipiepy', 'jieba'} & set(sys.modules))
         print(loaded())
         segment.tokens('Revenue grew 3.5% in FY2022')
@@ -162,7 +163,8 @@ def test_each_segmenter_loads_only_when_its_script_first_appears():
 def test_first_use_from_threads_loads_once_and_writes_nothing_to_stdout(tmp_path):
     result = tmp_path / "result.json"
     code = """if True:
-        import json, sys, kiwipiepy, segment
+        import json, sys, kiwipiepy
+        from index import segment
         from concurrent.futures import ThreadPoolExecutor
         loads = []
         class CountingKiwi(kiwipiepy.Kiwi):

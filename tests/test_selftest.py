@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 import cli
-import launcher
-import verify_install
+from setup import launcher, verify_install
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = ["the base folder the MCP host uses", "tokenize Hangul (Kiwi) and Han (jieba)",
@@ -40,7 +39,7 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def first_hour(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "verify_install.py"), "--first-hour",
+    return subprocess.run([sys.executable, str(REPO / "cli.py"), "verify", "--first-hour",
                            *args], env=env, cwd=REPO, capture_output=True, text=True,
                           encoding="utf-8", timeout=300, stdin=subprocess.DEVNULL)
 

@@ -33,7 +33,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from mcp.shared.exceptions import MCPError
 
-import limits
+from common import limits
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -20,8 +20,8 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from test_embedders import DOCS, Provider, config_for, make_kb, write_docs
 
-import embedders
 import ingest
+from providers import embedders
 
 REPO = Path(__file__).resolve().parent.parent
 PAUSE = 1.0  # s, the breaker's first pause in the spawned server (LINECITE_EMBED_PAUSE)

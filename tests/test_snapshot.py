@@ -7,7 +7,7 @@ from pathlib import Path
 import chunking
 import fulltext
 import kb as kbmod
-import segment
+from index import segment
 from library import Library
 
 VERSIONS = {  # the same source, two versions of different lengths sharing the word "shared"

@@ -31,10 +31,10 @@ from test_embedders import KEYS, MODELS, Provider
 from test_server import ingest_cli
 
 import chroma_store
-import embedders
 import fulltext
 import ingest
 import kb as kbmod
+from providers import embedders
 
 SECONDS = float(os.environ.get("LINECITE_SOAK_SECONDS", "45"))
 SEED = int(os.environ.get("LINECITE_SOAK_SEED", "2025"))

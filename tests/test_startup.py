@@ -106,7 +106,7 @@ async def test_the_handshake_names_linecite_and_its_version(indexed, tmp_path):
     # issue 30.8: serverInfo.version was fastmcp's (4.2.3)
     import fastmcp
 
-    from version import VERSION
+    from common.version import VERSION
 
     async with official_client(indexed[0], tmp_path / "server.log") as (_, init):
         assert (init.server_info.name, init.server_info.version) == ("linecite", VERSION)

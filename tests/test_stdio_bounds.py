@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conftest import clean_env
 
-import limits
+from common import limits
 
 REPO = Path(__file__).resolve().parent.parent
 INITIALIZE = {"jsonrpc": "2.0", "method": "initialize",

@@ -25,8 +25,8 @@ from fastmcp.client.transports import StdioTransport
 
 import chroma_store
 import fulltext
+from common.limits import UserError
 from library import Library
-from limits import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -16,7 +16,7 @@ import extract
 import fulltext
 import ingest
 import kb as kbmod
-import limits
+from common import limits
 from formats import structured
 from library import Library
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 import chroma_store
-import folders
 import fulltext
 import ingest
 import kb as kbmod
+from sources import folders
 
 SKIPPED_BIN = [{"reason": "unsupported-format", "extension": ".bin", "files": 1,
                 "examples": ["docs/skip.bin"]}]  # said, not silently dropped (issue 15)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import tessdata
+from setup import tessdata
 
 DEBIAN = sorted(Path("/usr/share/tesseract-ocr").glob("*/tessdata"))
 

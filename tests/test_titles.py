@@ -11,8 +11,8 @@ import fulltext
 import ingest
 import kb as kbmod
 import search
-import segment
-import titles
+from index import segment
+from ranking import titles
 
 FILLER = "The company reported its results for the fiscal year in the annual filing."
 

@@ -21,7 +21,7 @@ import fulltext
 import ingest
 import kb as kbmod
 import library
-import url_fetch
+from sources import url_fetch
 from tests.conftest import clean_env, shared_path
 
 REPO = Path(__file__).resolve().parent.parent

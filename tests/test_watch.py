@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 import fulltext
 import ingest
 import kb as kbmod
-import watcher
+from service import watcher
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER = str(REPO / "server.py")

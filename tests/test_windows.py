@@ -21,13 +21,11 @@ from pathlib import Path
 
 import pytest
 
-import atomic
 import kb as kbmod
-import mcp_config
-import paths
 import queue_runner
-import run_status
-from pidlock import LockBusy, PidLock
+from common import atomic, paths, pidlock, run_status
+from common.pidlock import LockBusy, PidLock
+from setup import mcp_config
 
 DEAD = {"pid": 2**22 + 17, "started": 1.0, "purpose": "a crashed run"}  # no such process
 
@@ -118,7 +116,7 @@ def test_info_is_ascii_json_that_round_trips_non_ascii_paths(tmp_path):
     user name like Jérôme or 김 came back garbled; the installer now reads ASCII JSON."""
     home = tmp_path / "Jérôme" / "김민준" / ".linecite"
     env = {**os.environ, "LINECITE_HOME": str(home), "PYTHONIOENCODING": "cp437:strict"}
-    out = subprocess.run([sys.executable, str(mcp_config.HERE / "mcp_config.py"), "--info"],
+    out = subprocess.run([sys.executable, str(mcp_config.HERE / "cli.py"), "host-config", "--info"],
                          env=env, capture_output=True, check=True).stdout
     assert out.isascii()
     assert json.loads(out)["base"] == str(home)
@@ -271,7 +269,7 @@ def test_a_queue_lock_that_cannot_be_deleted_does_not_block_later_updates(tmp_pa
                                                                           monkeypatch):
     """Regression (issue 18): release() could not delete queue.lock on Windows, which kept a
     live PID, so every later queue update waited 10 s and failed until a restart."""
-    monkeypatch.setattr("pidlock.RELEASE_TRIES", 2)
+    monkeypatch.setattr("common.pidlock.RELEASE_TRIES", 2)
     real_rename = os.rename
 
     def rename(src, dst):
@@ -279,10 +277,10 @@ def test_a_queue_lock_that_cannot_be_deleted_does_not_block_later_updates(tmp_pa
             raise PermissionError(32, "The process cannot access the file")
         return real_rename(src, dst)
 
-    monkeypatch.setattr("pidlock.os.rename", rename)
+    monkeypatch.setattr("common.pidlock.os.rename", rename)
     queue_runner.enqueue(tmp_path, "a", "full", False, False)
     assert json.loads((tmp_path / "queue.lock").read_text(encoding="utf-8"))["released"]
-    monkeypatch.setattr("pidlock.os.rename", real_rename)
+    monkeypatch.setattr("common.pidlock.os.rename", real_rename)
     start = time.monotonic()
     queue_runner.enqueue(tmp_path, "b", "full", False, False)
     assert time.monotonic() - start < 2
@@ -293,7 +291,7 @@ def test_a_queue_lock_that_cannot_be_deleted_does_not_block_later_updates(tmp_pa
 def test_release_retries_a_rename_refused_for_a_moment(tmp_path, monkeypatch):
     lock = PidLock(tmp_path / "x.lock", "test")
     lock.acquire()
-    calls = fail_first(monkeypatch, __import__("pidlock").os, "rename", 2)
+    calls = fail_first(monkeypatch, pidlock.os, "rename", 2)
     lock.release()
     assert len(calls) == 3 and list(tmp_path.iterdir()) == []
 
@@ -479,8 +477,7 @@ TESSERACT_SETTINGS = ("LINECITE_TESSERACT", "TESSDATA_PREFIX", "LINECITE_WHISPER
 def test_the_host_entry_and_the_launcher_carry_tesseract_and_its_data(tmp_path, monkeypatch):
     """install.ps1 sets these for its own run only; the host's server and the CLI get them
     from the entry and the launcher, so nothing on the machine needs changing."""
-    import launcher
-
+    from setup import launcher
     for name in TESSERACT_SETTINGS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("LINECITE_HOME", str(tmp_path / "base"))

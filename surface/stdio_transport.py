@@ -25,7 +25,7 @@ from typing import BinaryIO
 import anyio
 import anyio.to_thread
 
-import limits
+from common import limits
 
 HEAD_BYTES = 1024  # of an over-long line, kept to find its id
 _HEAD_ID = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")')

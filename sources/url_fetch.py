@@ -43,7 +43,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 import httpcore
 
 import fulltext
-import limits
+from common import limits
 
 # ---------------------------------------------------------------------------
 FETCH_SECONDS = 60.0  # the whole fetch, redirects included

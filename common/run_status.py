@@ -19,9 +19,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-import atomic
-import limits
-from pidlock import LockBusy, PidLock
+from common import atomic, limits
+from common.pidlock import LockBusy, PidLock
 
 # ---------------------------------------------------------------------------
 STATUS_FILE = "index-status.json"

@@ -42,9 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as WaitTimeout
 from typing import Any
 
-import chat
-import embedders
-import limits
+from common import limits
+from providers import chat, embedders
 
 # -----------------------------------------------------------------------------
 PROVIDERS = ("cohere", "tei", "llm", "none")  # rerank.provider values

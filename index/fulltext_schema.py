@@ -15,7 +15,7 @@ import sqlite3
 import tempfile
 from pathlib import Path, PurePath, PureWindowsPath
 
-import limits
+from common import limits
 
 # ---------------------------------------------------------------------------
 SCHEMA_VERSION = 10
@@ -129,8 +129,7 @@ def _m004_llm_contexts(conn: sqlite3.Connection) -> None:
 def _m005_bm25_postings(conn: sqlite3.Connection) -> None:
     """BM25's postings as arrays beside chunks_fts (bm25.py), built from the stored tokens:
     FTS5's own scoring grew to seconds a query at a million chunks."""
-    import bm25
-
+    from index import bm25
     bm25.create(conn)
 
 
@@ -168,8 +167,7 @@ def _m007_trigrams_without_positions(conn: sqlite3.Connection) -> None:
 def _m008_postings_in_write_order(conn: sqlite3.Connection) -> None:
     """BM25's postings stored in the order they are written, found through an index on
     (term, seg): a flush appends instead of touching pages all over the table."""
-    import bm25
-
+    from index import bm25
     bm25.relayout(conn)
 
 
@@ -178,8 +176,7 @@ def _m009_merge_held_segments(conn: sqlite3.Connection) -> None:
     were just over its merge limit, and it checked the limit against a whole tier rather than
     the FANOUT segments it merges, so they never merged again (a million chunks: 73 segments,
     a query read up to 73 rows a term)."""
-    import bm25
-
+    from index import bm25
     bm25.merge_tiers(conn)
     bm25.new_generation(conn)
 
@@ -187,8 +184,7 @@ def _m009_merge_held_segments(conn: sqlite3.Connection) -> None:
 def _m010_source_languages(conn: sqlite3.Connection) -> None:
     """Each source's natural languages (doc_language.py), for search's `language` filter,
     counted from the lines already stored so an index equals a clean rebuild."""
-    import doc_language
-
+    from index import doc_language
     conn.execute("ALTER TABLE sources ADD COLUMN languages TEXT")
     for (source_id,) in conn.execute("SELECT id FROM sources WHERE pages > 0").fetchall():
         lines = (text for (text,) in conn.execute(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from limits import MAX_QUERY_TOKENS
+from common.limits import MAX_QUERY_TOKENS
 
 # ---------------------------------------------------------------------------
 K1, B = 1.2, 0.75  # FTS5's bm25() constants

@@ -39,13 +39,12 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 import kb as kbmod
-import limits
-import paths
+from common import limits, paths
+from common.limits import UserError
 from library import MAX_CONTEXT, Library
-from limits import UserError
 
 # ---------------------------------------------------------------------------
-STATIC = Path(__file__).resolve().parent / "webui"  # the page's HTML, CSS and script
+STATIC = Path(__file__).resolve().parent.parent / "webui"  # the page's HTML, CSS and script
 FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
          "style.css": "text/css; charset=utf-8"}  # the only files served
 CSRF_HEADER = "x-linecite-csrf"  # every POST carries /api/session's token in it
@@ -143,10 +142,10 @@ def flag(args: dict, name: str) -> bool:
 def overview(lib: Library, args: dict) -> dict:
     """Every KB with its status, counts, settings, live run and last run; the queue; the
     values the settings may take."""
-    import embedders
-    import fusion
     import queue_runner
     import search
+    from providers import embedders
+    from ranking import fusion
 
     kbs = []
     for item in lib.list_knowledge_bases():

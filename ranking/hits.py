@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import fulltext
-import limits
+from common import limits
 
 # ---------------------------------------------------------------------------
 MAX_HIT_CHUNKS = 3  # chunks one hit joins: three of chunking.py's ~1,000-character chunks fit
@@ -191,7 +191,6 @@ def _with_code(conn: sqlite3.Connection, hits: list[Hit], query: str,
     if not ids:
         return hits
     import codechunks
-
     marks = ",".join("?" * len(ids))
     rows = {row[0]: row[1:] for row in conn.execute(
         "SELECT c.chunk_id, s.parser, c.context FROM chunks c JOIN sources s"

@@ -22,9 +22,9 @@ from urllib.parse import quote
 
 import fulltext
 import kb as kbmod
-import limits
+from common import limits
+from common.limits import UserError, shown
 from library import Library
-from limits import UserError, shown
 
 # ---------------------------------------------------------------------------
 SCHEME = "linecite"

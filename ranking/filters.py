@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 
-import doc_language
 import fulltext
-import limits
+from common import limits
+from common.limits import UserError, shown
 from formats import reader_entry
 from formats.languages import parser_language
-from limits import UserError, shown
+from index import doc_language
 
 # ---------------------------------------------------------------------------
 MAX_FILTER_SOURCES = 5000  # sources a filtered search may select (Chroma's $in: 50 ms at 5,000)
@@ -145,11 +145,10 @@ def _kinds(suffix: str, code: bool, text_extensions: tuple[str, ...]) -> frozens
 def _path_test(pattern: str):
     """A test of a source's name (or file path): a glob matched whole from the start of the
     name or of any folder in it; a plain string, as a prefix there."""
-    import ignores
-
+    from common import globs
     if set("*?[") & set(pattern):
         anchored = pattern.startswith("/")
-        body = ignores.glob_regex(pattern.lstrip("/"))
+        body = globs.glob_regex(pattern.lstrip("/"))
         regex = re.compile(body if anchored else f"(?:.*/)?{body}", re.DOTALL)
         return lambda text: regex.fullmatch(text.lstrip("/") if anchored else text) is not None
     inner = "/" + pattern.lstrip("/")

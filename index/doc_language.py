@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from segment import HANGUL
+from index.segment import HANGUL
 
 # ---------------------------------------------------------------------------
 SAMPLE_CHARS = 200_000  # characters read per source: enough for its languages, bounded

@@ -20,9 +20,9 @@ import shlex
 import sys
 from pathlib import Path
 
-import mcp_config
+from setup import mcp_config
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # the checkout: setup/ sits in it
 BIN = HERE / "bin"
 
 
@@ -90,7 +90,7 @@ def write(platform: str = sys.platform) -> tuple[Path, bool]:
     return path, True
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     path, changed = write()
     print(path)
     print("written" if changed else "unchanged", file=sys.stderr)

@@ -26,7 +26,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import embedders
+from providers import embedders
 
 # -----------------------------------------------------------------------------
 PROVIDERS = ("anthropic", "openai", "ollama")  # provider values of a chat block

@@ -37,11 +37,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import atomic
-import paths
+from common import atomic, paths
 
 # ---------------------------------------------------------------------------
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # the checkout: setup/ sits in it
 NAME = "linecite"
 CONFIG_NAME = "claude_desktop_config.json"
 MSIX_GLOB = "Claude_*"  # Claude Desktop's package folder under %LOCALAPPDATA%\Packages

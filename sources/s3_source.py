@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-import folders
 import fulltext
 import kb as kbmod
-import limits
+from common import limits
+from sources import folders
 
 PAGE_KEYS = 1000  # keys asked per listing page (S3's own most)
 MAX_OBJECTS = 200_000  # keys one prefix may hold; past it the listing is refused

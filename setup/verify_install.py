@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # the checkout: setup/ sits in it
 MIN_TOOLS = 6
 KB_ID = "linecite-selftest"
 MARKER = ".made-by-verify-install"  # a KB folder holding it is ours to delete
@@ -182,9 +182,8 @@ class Step:
 def host_base() -> tuple[Path, str]:
     """The base folder the MCP host uses: the LINECITE_HOME its config gives linecite, else
     this process's (what the installers would write), with where it came from."""
-    import mcp_config
-    import paths
-
+    from common import paths
+    from setup import mcp_config
     for config in mcp_config.claude_config_paths():
         try:
             entry = json.loads(config.read_text(encoding="utf-8-sig"))["mcpServers"]["linecite"]
@@ -196,8 +195,7 @@ def host_base() -> tuple[Path, str]:
 
 def check_base(run: Run) -> str:
     """The base folder exists (or can be made), takes a file, and is this shell's too."""
-    import paths
-
+    from common import paths
     run.base.mkdir(parents=True, exist_ok=True)
     probe = run.base / f".selftest-{os.getpid()}"
     probe.write_text("ok", encoding="utf-8")
@@ -213,8 +211,7 @@ def check_base(run: Run) -> str:
 
 def check_tokenize(run: Run) -> str:
     """Kiwi splits Hangul into morphemes and jieba splits Han: the BM25 leg works."""
-    import segment
-
+    from index import segment
     korean, chinese = segment.tokens("서울에서 회의를 했다"), segment.tokens("人工智能研究")
     if "서울" not in korean or "서울에서" in korean:
         raise StepFailed(f"Kiwi gave {korean} for 서울에서 회의를 했다")

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import kb as kbmod
-import limits
-from limits import UserError, shown
+from common import limits
+from common.limits import UserError, shown
 
 # ---------------------------------------------------------------------------
 EVERY_KB = "*"  # kb_id meaning every knowledge base

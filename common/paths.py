@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-import safeopen
+from common import safeopen
 
 # ---------------------------------------------------------------------------
 HOME_ENV = "LINECITE_HOME"  # the base folder, when --base-path is not given

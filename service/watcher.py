@@ -29,13 +29,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import folders
 import fulltext
 import kb as kbmod
-import limits
 import queue_runner
+from common import limits
+from common.run_status import now
 from formats import reader_entry, supported
-from run_status import now
+from sources import folders
 
 # ---------------------------------------------------------------------------
 WATCH_ENV = "LINECITE_WATCH"  # "0": this process watches no folder

@@ -28,9 +28,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import chat
-import embedders
-import limits
+from common import limits
+from providers import chat, embedders
 
 # -----------------------------------------------------------------------------
 PROVIDERS = (*chat.PROVIDERS, "none")  # queryExpansion.provider values

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import fulltext
-import ignores
-import limits
-import paths
+from common import limits, paths
+from sources import ignores
 
 if TYPE_CHECKING:
     import kb as kbmod
