@@ -106,7 +106,7 @@ def fingerprint() -> str:
     a user's is (a million chunks take hours to build, a migration minutes)."""
     from index import segment
     digest = hashlib.sha256(f"{FORMAT} {segment.signature()}".encode())
-    for name in ("chunking.py", "segment.py"):
+    for name in ("chunking.py", "index/segment.py"):
         digest.update((REPO / name).read_bytes())
     return digest.hexdigest()
 

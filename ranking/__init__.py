@@ -1,1 +1,9 @@
-"""ranking: TODO."""
+"""The layers of a search between the two legs and the hits an agent reads: fusion of
+the legs (fusion), hits merged and narrowed from chunks (hits), file-name matches (titles),
+code neighbours and definitions (neighbours, definitions), filters on path, type, date and
+language (filters), query expansion by an LLM (query_expansion) and reranking (rerank).
+search.py, at the root, runs them in order.
+
+May import: common/, index/, formats/, providers/, and the root's storage and chunk shapes
+(fulltext, chunking, codechunks); never kb, search, the pipeline or the server.
+"""
