@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from adapters import chroma_clients
 from common import paths
 from providers import embedders
 from providers.embedders import Embedder, EmbedderMismatch, embedder_for
@@ -65,8 +66,6 @@ LEGACY_IDENTITY = {"provider": "builtin", "model": embedders.USE_MODEL,
 
 _class_lock = threading.Lock()  # one class each: a second registration would shadow the first
 _classes: dict[str, type] = {}  # chromadb name -> EmbeddingFunction class, built once
-_client_lock = threading.Lock()  # held while an embedded client is made or closed
-_clients: dict[str, list] = {}  # path string -> [its one embedded client, stores using it]
 
 
 def _build_classes() -> dict[str, type]:
@@ -157,42 +156,6 @@ def open_store(kb_dir: Path, kb_id: str, embedding: dict | None, url: str | None
         return None
     return ChromaStore(kb_dir, kb_id, embedder_for(embedding), url=url, readonly=readonly,
                        generation=generation)
-
-
-def _client_path(path: Path, generation: int) -> str:
-    """The path string chromadb gets: generation n appends n "/." (the same folder), so each
-    generation gets a client of its own in this process."""
-    return os.path.join(str(path), *["."] * generation)
-
-
-def _shared_client(path: str, settings: Any) -> Any:
-    """The process's one embedded client on `path`, made under a lock on first need.
-
-    chromadb keeps one System per path string but makes and starts it unlocked: two threads
-    opening the same store at once (the warm-up's search and ingest_file's writer) met a
-    half-started System ("'RustBindingsAPI' object has no attribute 'bindings'"). Here every
-    store of a path holds the same client, counted, and the last to close it closes it."""
-    import chromadb
-
-    with _client_lock:
-        held = _clients.get(path)
-        if held is None:
-            held = _clients[path] = [chromadb.PersistentClient(path=path, settings=settings), 0]
-        held[1] += 1
-        return held[0]
-
-
-def _release_client(client: Any) -> None:
-    """A store's hold on its client ends; the client closes with its last store."""
-    with _client_lock:
-        path = next((p for p, held in _clients.items() if held[0] is client), None)
-        if path is None:  # an HTTP client: its own
-            client.close()
-            return
-        _clients[path][1] -= 1
-        if _clients[path][1] <= 0:
-            del _clients[path]
-            client.close()
 
 
 def _writable(path: Path) -> bool:
@@ -373,7 +336,7 @@ class ChromaStore:
             self._stored = _recorded_identity(collection)
             self._max_batch = client.get_max_batch_size()
         except BaseException:
-            _release_client(client)
+            chroma_clients.release(client)
             raise
         self._client, self._collection = client, collection
         return collection
@@ -386,10 +349,10 @@ class ChromaStore:
             self._stored = _recorded_identity(collection)
             self._max_batch = client.get_max_batch_size()
         except (NotFoundError, ValueError):
-            _release_client(client)
+            chroma_clients.release(client)
             raise StoreMissing(self._missing(f"has no collection {self.name!r}")) from None
         except BaseException:
-            _release_client(client)
+            chroma_clients.release(client)
             raise
         self._client, self._collection = client, collection
         return collection
@@ -458,7 +421,7 @@ class ChromaStore:
             if self.readonly:
                 path = self._readable_copy(path)
             path.mkdir(parents=True, exist_ok=True)
-            return _shared_client(_client_path(path, self.generation), settings)
+            return chroma_clients.shared(path, self.generation, settings)
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"Chroma URL must look like http://host:port, got {self.url!r}")
@@ -584,12 +547,12 @@ class ChromaStore:
         except (NotFoundError, ValueError):
             pass  # nothing to drop
         finally:
-            _release_client(client)
+            chroma_clients.release(client)
 
     def close(self) -> None:
         """Release the client; embedded mode then closes its files (Windows can move them)."""
         if self._client is not None:
-            _release_client(self._client)  # the client closes with the last store using it
+            chroma_clients.release(self._client)  # closes with the last store using it
         if self.copy is not None:
             drop_copy(self.copy, self.kb_dir / "chroma")
             self.copy = None

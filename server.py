@@ -40,6 +40,7 @@ from pydantic import ValidationError as PydanticError
 from pydantic_core import PydanticCustomError
 
 import kb as kbmod
+from adapters import mcp_internals
 from common import limits, paths
 from common.limits import UserError
 from common.version import VERSION
@@ -480,8 +481,8 @@ async def list_sources_as_resources(ctx, params: PaginatedRequestParams):
                                next_cursor=after)
 
 
-mcp._mcp_server.add_request_handler("resources/list", PaginatedRequestParams,  # replaces
-                                    list_sources_as_resources)  # fastmcp's own handler
+mcp_internals.replace_request_handler(mcp, "resources/list", PaginatedRequestParams,
+                                      list_sources_as_resources)  # fastmcp's own one
 
 
 # ---------------------------------------------------------------------------

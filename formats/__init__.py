@@ -6,10 +6,10 @@ Layer: readers, between the dispatcher (extract.py, above) and the ground module
 limits, atomic, safeopen, below). pdf, text, image (OCR of image files), office
 (DOCX/XLSX/PPTX), hwp (HWPX, HWP 5), ofd, legacy (DOC/XLS/PPT), markup (RTF, EPUB, ODF, HTML),
 mail (EML, MSG), audio (recordings), structured (JSON, YAML, TOML, INI, XML, CSV/TSV, logs,
-subtitles), code (source files, by extension or shebang); ocr (Tesseract and its cache), zipxml
-and pdflayout are shared helpers of the readers. Importing this package loads no reader (only
-the language tables, formats/languages.py): extract.py imports one on first use, which keeps the
-server's start fast.
+subtitles), code (source files, by extension or shebang); ocr (Tesseract and its cache) and
+zipxml are shared helpers of the readers (pdfminer's layout is adapters/pdfminer_layout.py).
+Importing this package loads no reader (only the language tables, formats/languages.py):
+extract.py imports one on first use, which keeps the server's start fast.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ pdfium is not thread-safe, and the server extracts in threads (two `ingest_file`
 different KBs): extract_pdf, OCR rendering included, holds PDFIUM_LOCK, so one PDF at a time
 per process.
 
-Layer: reader (formats/), above formats/ocr.py and formats/pdflayout.py.
+Layer: reader (formats/), above formats/ocr.py and adapters/pdfminer_layout.py.
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ def _pdfium_lost_text(page: pdfium.PdfPage, textpage: pdfium.PdfTextPage) -> boo
 
 def _pdfminer_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, set[int]]:
     """Text of each page with pdfminer.six: slow, but its CMaps read CJK that pdfium misses.
-    Laid out by formats/pdflayout.py, whose reading order does not change from run to run."""
+    Laid out by adapters/pdfminer_layout.py, whose reading order does not change from run to
+    run."""
     from io import StringIO
 
     from pdfminer.layout import LAParams
@@ -106,7 +107,7 @@ def _pdfminer_pages(path: Path, wanted: list[int] | None) -> tuple[PageTexts, se
     from pdfminer.pdfpage import PDFPage
     from pdfminer.pdfparser import PDFParser
 
-    from formats.pdflayout import StableTextConverter
+    from adapters.pdfminer_layout import StableTextConverter
 
     start, texts, manager, chars = time.monotonic(), {}, PDFResourceManager(), 0
     with path.open("rb") as f:

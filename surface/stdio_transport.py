@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import BinaryIO
@@ -25,6 +24,7 @@ from typing import BinaryIO
 import anyio
 import anyio.to_thread
 
+from adapters import mcp_internals
 from common import limits
 
 HEAD_BYTES = 1024  # of an over-long line, kept to find its id
@@ -92,26 +92,12 @@ class BoundedStdin:
         await self.replies(SessionMessage(error))
 
 
-def _stdin_buffer() -> BinaryIO:
-    """fd 0 for the wire, claimed the way mcp claims it (fd 0 then points at the null device,
-    so a child process or handler reading stdin gets EOF instead of protocol bytes); stdin's
-    own buffer where this mcp has no such claim."""
-    from mcp.server import stdio
-
-    claim = getattr(stdio, "_claim_fd", None)
-    opener = getattr(stdio, "_open_stdin_diversion", None)
-    if claim is None or opener is None:
-        return sys.stdin.buffer
-    buffer, _release = claim(0, sys.stdin, "rb", opener)
-    return buffer
-
-
 @asynccontextmanager
 async def bounded_stdio_server(*_args, **_kwargs) -> AsyncIterator[tuple]:
     """mcp's stdio_server over BoundedStdin: the same streams, stdout claimed by mcp."""
     from mcp.server.stdio import stdio_server
 
-    stdin = BoundedStdin(_stdin_buffer())
+    stdin = BoundedStdin(mcp_internals.claimed_stdin())
     async with stdio_server(stdin=stdin) as (read_stream, write_stream):
         stdin.replies = write_stream.send
         stdin.ready.set()
@@ -120,7 +106,4 @@ async def bounded_stdio_server(*_args, **_kwargs) -> AsyncIterator[tuple]:
 
 def serve(mcp) -> None:
     """Run a FastMCP server over the bounded stdio transport (blocks until stdin closes)."""
-    from fastmcp.server.mixins import transport
-
-    transport.stdio_server = bounded_stdio_server
-    mcp.run("stdio", show_banner=False)
+    mcp_internals.run_stdio(mcp, bounded_stdio_server)

@@ -10,7 +10,7 @@ import pytest
 from conftest import clean_env, shared_path
 from pdfminer.layout import IndexAssigner, LAParams, LTTextBoxHorizontal
 
-from formats import pdflayout
+from adapters import pdfminer_layout
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ TIED_BOXES = [(60, 40, 90, 50), (40, 60, 50, 70), (80, 80, 90, 90)]
 def _reading_order(boxes: list) -> list[int]:
     """What LTLayoutContainer.analyze does after grouping: number the boxes group by group."""
     laparams, assigner = LAParams(), IndexAssigner()
-    for group in pdflayout.StablePage(1, (0, 0, 600, 800)).group_textboxes(laparams, boxes):
+    for group in pdfminer_layout.StablePage(1, (0, 0, 600, 800)).group_textboxes(laparams, boxes):
         group.analyze(laparams)
         assigner.run(group)
     return [box.label for box in sorted(boxes, key=lambda box: box.index)]

@@ -9,7 +9,10 @@ citation after them with it. Here a tie goes to the pair whose boxes came first 
 then to the older group; nothing else of pdfminer's algorithm changes. Imported by
 extract.py only when a page needs pdfminer (it is slow to import).
 
-Layer: reader helper (formats/): pdfminer's layout for extract.py's PDF reading.
+Written for pdfminer.six 20231228 up to 2027 (its LTLayoutContainer.group_textboxes, copied
+and changed in `StablePage`): an upgrade outside that range fails tests/test_adapters.py.
+
+Layer: adapter (adapters/): pdfminer's layout for formats/pdf.py.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from pdfminer.layout import (
 )
 from pdfminer.pdfpage import PDFPage
 from pdfminer.utils import Matrix, Plane
+
+WRITTEN_FOR = ("pdfminer.six", "20231228", "20270101")  # distribution, from, below
 
 Element = LTTextBox | LTTextGroup
 
