@@ -4,8 +4,9 @@ One file per KB (`<base>/<kb_id>/fulltext.sqlite3`, WAL mode, schema version in
 `PRAGMA user_version`). It keeps every source with its hash and state, every raw line of
 every page (noise included), the chunks with their embedding state, and two indexes:
 
-- `chunks_fts`: FTS5 over segmented tokens (see segment.py); BM25 is scored from bm25.py's
-  arrays of the same tokens, with FTS5's `bm25()` the fallback while those lag.
+- `chunks_fts`: FTS5 over segmented tokens (see segment.py); BM25 is scored (bm25.py) from
+  bm25_segments.py's arrays of the same tokens, with FTS5's `bm25()` the fallback while those
+  lag.
 - `lines_fts`: FTS5 trigram index over raw lines (each followed by LINE_END) for exact
   substrings, without positions: a string is found through all its trigrams and checked in
   the line; a 1- or 2-character one through the trigrams that start with it.
@@ -187,19 +188,19 @@ def touch_source(conn: sqlite3.Connection, name: str, size: int, mtime: float) -
 
 
 def _flush_bm25(conn: sqlite3.Connection) -> None:
-    """Bring bm25.py's postings up to date before the writer commits (the triggers queued
-    what changed) once FLUSH_MIN chunks wait; fewer are scored from their tokens."""
-    from index import bm25
-    bm25.flush(conn)
+    """Bring bm25_segments.py's postings up to date before the writer commits (the triggers
+    queued what changed) once FLUSH_MIN chunks wait; fewer are scored from their tokens."""
+    from index import bm25_segments
+    bm25_segments.flush(conn)
 
 
 def write_queued(conn: sqlite3.Connection) -> None:
     """Write every queued chunk's postings, however few: at the end of a writer's run, so
     a server does not read and split the waiting chunks' tokens on every query (7 of 38 ms
     a query at 100,000 chunks)."""
-    from index import bm25
+    from index import bm25_segments
     with conn:
-        bm25.flush(conn, force=True)
+        bm25_segments.flush(conn, force=True)
 
 
 def code_sources(conn: sqlite3.Connection, names: Iterable[str]) -> set[str]:

@@ -127,10 +127,10 @@ def _m004_llm_contexts(conn: sqlite3.Connection) -> None:
 
 
 def _m005_bm25_postings(conn: sqlite3.Connection) -> None:
-    """BM25's postings as arrays beside chunks_fts (bm25.py), built from the stored tokens:
-    FTS5's own scoring grew to seconds a query at a million chunks."""
-    from index import bm25
-    bm25.create(conn)
+    """BM25's postings as arrays beside chunks_fts (bm25_segments.py), built from the stored
+    tokens: FTS5's own scoring grew to seconds a query at a million chunks."""
+    from index import bm25_segments
+    bm25_segments.create(conn)
 
 
 def _lines_fts(conn: sqlite3.Connection, options: str) -> None:
@@ -167,8 +167,8 @@ def _m007_trigrams_without_positions(conn: sqlite3.Connection) -> None:
 def _m008_postings_in_write_order(conn: sqlite3.Connection) -> None:
     """BM25's postings stored in the order they are written, found through an index on
     (term, seg): a flush appends instead of touching pages all over the table."""
-    from index import bm25
-    bm25.relayout(conn)
+    from index import bm25_segments
+    bm25_segments.relayout(conn)
 
 
 def _m009_merge_held_segments(conn: sqlite3.Connection) -> None:
@@ -176,9 +176,9 @@ def _m009_merge_held_segments(conn: sqlite3.Connection) -> None:
     were just over its merge limit, and it checked the limit against a whole tier rather than
     the FANOUT segments it merges, so they never merged again (a million chunks: 73 segments,
     a query read up to 73 rows a term)."""
-    from index import bm25
-    bm25.merge_tiers(conn)
-    bm25.new_generation(conn)
+    from index import bm25_segments
+    bm25_segments.merge_tiers(conn)
+    bm25_segments.new_generation(conn)
 
 
 def _m010_source_languages(conn: sqlite3.Connection) -> None:

@@ -1,4 +1,5 @@
-"""bm25.py's arrays score every chunk exactly as FTS5's bm25() does, through every write path."""
+"""bm25.py scores every chunk from bm25_segments.py's arrays exactly as FTS5's bm25() does, through
+every write path."""
 
 import sqlite3
 
@@ -10,7 +11,7 @@ from test_bm25 import load_beir
 import chunking
 import fulltext
 from common import limits
-from index import bm25, fulltext_schema, segment
+from index import bm25, bm25_segments, fulltext_schema, segment
 
 
 def add(conn, name: str, text: str) -> None:
@@ -25,7 +26,7 @@ def indexed(tmp_path, docs: list[tuple[str, str]]) -> sqlite3.Connection:
     conn = fulltext.connect(tmp_path / fulltext.FILENAME)
     for name, text in docs:
         add(conn, name, text)
-    bm25.flush(conn, force=True)
+    bm25_segments.flush(conn, force=True)
     conn.commit()
     return conn
 
@@ -59,10 +60,10 @@ def assert_rowids_sorted(conn) -> None:
     """Each segment's chunks and each term's postings in rowid order, lo/hi their ends: a
     write that consulted lo/hi would miss a segment otherwise."""
     for lo, hi, blob in conn.execute("SELECT lo, hi, ids FROM bm25_segments"):
-        ids = np.frombuffer(blob, bm25.ID)
+        ids = np.frombuffer(blob, bm25_segments.ID)
         assert (ids[0], ids[-1]) == (lo, hi) and np.all(np.diff(ids.astype(np.int64)) > 0)
     for (blob,) in conn.execute("SELECT ids FROM bm25_postings"):
-        assert np.all(np.diff(np.frombuffer(blob, bm25.ID).astype(np.int64)) > 0)
+        assert np.all(np.diff(np.frombuffer(blob, bm25_segments.ID).astype(np.int64)) > 0)
 
 
 @pytest.fixture
@@ -76,14 +77,14 @@ def beir_texts():
     return docs, queries
 
 
-@pytest.mark.parametrize("flush_min", [1, bm25.FLUSH_MIN])
+@pytest.mark.parametrize("flush_min", [1, bm25_segments.FLUSH_MIN])
 def test_scores_equal_fts5_through_adds_changes_deletes_retokens_and_merges(
         tmp_path, monkeypatch, beir_texts, flush_min):
     # small tiers, so a few hundred chunks go through many merges with dead postings in them;
     # with the real FLUSH_MIN some chunks also wait in the queue, read from their tokens
-    monkeypatch.setattr(bm25, "FANOUT", 2)
-    monkeypatch.setattr(bm25, "FLUSH_BATCH", 7)
-    monkeypatch.setattr(bm25, "FLUSH_MIN", flush_min)
+    monkeypatch.setattr(bm25_segments, "FANOUT", 2)
+    monkeypatch.setattr(bm25_segments, "FLUSH_BATCH", 7)
+    monkeypatch.setattr(bm25_segments, "FLUSH_MIN", flush_min)
     docs, queries = beir_texts
     conn = fulltext.connect(tmp_path / fulltext.FILENAME)
     for name, text in docs:
@@ -109,8 +110,8 @@ def test_scores_equal_fts5_through_adds_changes_deletes_retokens_and_merges(
     assert assert_same_as_fts5(reader, queries) > 100  # a new reader builds its own figures
     assert fulltext.fts_totals(reader)[0] == live
     with conn:  # every segment merged into one: the re-tokenized rowids interleave
-        bm25._merge(conn, [r[0] for r in conn.execute("SELECT seg FROM bm25_segments")])
-        bm25.new_generation(conn)
+        bm25_segments._merge(conn, [r[0] for r in conn.execute("SELECT seg FROM bm25_segments")])
+        bm25_segments.new_generation(conn)
     assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] == 1
     assert assert_same_as_fts5(conn, queries + ["unusualword retokenized"]) > 100
     assert_rowids_sorted(conn)
@@ -123,7 +124,7 @@ def test_chunks_a_writer_left_queued_count_at_once_and_too_many_fall_back_to_fts
     # past OVERLAY_MAX of them FTS5 answers until the next flush
     conn = fulltext.connect(tmp_path / fulltext.FILENAME)
     add(conn, "a.txt", "harbour cranes were inspected")
-    bm25.flush(conn, force=True)
+    bm25_segments.flush(conn, force=True)
     conn.commit()
     with conn:
         conn.execute("INSERT INTO chunks (chunk_id, source_id, page, line_start, line_end,"
@@ -138,7 +139,7 @@ def test_chunks_a_writer_left_queued_count_at_once_and_too_many_fall_back_to_fts
     monkeypatch.setattr(bm25, "OVERLAY_MAX", 1)
     assert bm25.scores(conn, ["harbour"]) is None
     assert len(fulltext.bm25_all(conn, ["harbour"])) == 2
-    bm25.flush(conn, force=True)
+    bm25_segments.flush(conn, force=True)
     conn.commit()
     assert assert_same_as_fts5(conn, ["late harbour", "cranes"]) == 2
 
@@ -154,9 +155,9 @@ def test_postings_of_schema_7_move_to_write_order_and_score_the_same(tmp_path, m
     with monkeypatch.context() as old_code:
         old_code.setattr(fulltext_schema, "MIGRATIONS", fulltext_schema.MIGRATIONS[:7])
         old_code.setattr(fulltext_schema, "SCHEMA_VERSION", 7)
-        old_code.setattr(bm25, "SCHEMA", [*OLD_POSTINGS, *(
-            s for s in bm25.SCHEMA if s not in bm25.POSTINGS)])
-        old_code.setattr(bm25, "FLUSH_MIN", 1)
+        old_code.setattr(bm25_segments, "SCHEMA", [*OLD_POSTINGS, *(
+            s for s in bm25_segments.SCHEMA if s not in bm25_segments.POSTINGS)])
+        old_code.setattr(bm25_segments, "FLUSH_MIN", 1)
         conn = fulltext.connect(path)
         for i in range(12):
             add(conn, f"{i}.txt", f"report {i} on harbour cranes\nquarter {i % 3} revenue")
@@ -223,7 +224,7 @@ def test_flush_runs_inside_the_writers_transaction(tmp_path):
         with conn:
             conn.execute("INSERT INTO chunks (chunk_id, source_id, page, line_start, line_end,"
                          " text, tokens) VALUES ('y', 1, 1, 3, 3, 'second', 'second words')")
-            bm25.flush(conn, force=True)
+            bm25_segments.flush(conn, force=True)
             conn.execute("INSERT INTO sources (id, name, state) VALUES (1, 'dup', 'x')")
     assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] == before
     assert len(bm25.scores(conn, ["second"])) == 0
@@ -289,20 +290,21 @@ def test_segments_schema_8_held_apart_are_merged_on_opening(tmp_path, monkeypatc
     # schema 8 checked its merge limit against a whole tier, so a tier over the limit never
     # merged again: its segments are merged FANOUT at a time when the index opens
     path = tmp_path / fulltext.FILENAME
-    monkeypatch.setattr(bm25, "FANOUT", 2)
-    monkeypatch.setattr(bm25, "FLUSH_MIN", 1)
+    monkeypatch.setattr(bm25_segments, "FANOUT", 2)
+    monkeypatch.setattr(bm25_segments, "FLUSH_MIN", 1)
     with monkeypatch.context() as old_code:
         old_code.setattr(fulltext_schema, "MIGRATIONS", fulltext_schema.MIGRATIONS[:8])
         old_code.setattr(fulltext_schema, "SCHEMA_VERSION", 8)
-        old_code.setattr(bm25, "MAX_MERGE_CHUNKS", 0)
+        old_code.setattr(bm25_segments, "MAX_MERGE_CHUNKS", 0)
         conn = fulltext.connect(path)
         for i in range(12):
             add(conn, f"{i}.txt", f"report {i} on harbour cranes\nquarter {i % 3} revenue")
         held = conn.execute("SELECT count(*), sum(length(ids)) / 4 FROM bm25_segments").fetchone()
         before = {q: dict(bm25.scores(conn, segment.tokens(q))) for q in ("report 3", "harbour")}
         conn.close()
-    monkeypatch.setattr(bm25, "MAX_MERGE_CHUNKS", 4)  # a pair fits, the whole tier does not
-    assert held[0] == 12 and held[1] > bm25.MAX_MERGE_CHUNKS
+    # a pair fits, the whole tier does not
+    monkeypatch.setattr(bm25_segments, "MAX_MERGE_CHUNKS", 4)
+    assert held[0] == 12 and held[1] > bm25_segments.MAX_MERGE_CHUNKS
     conn = fulltext.connect(path)
     assert conn.execute("SELECT count(*) FROM bm25_segments").fetchone()[0] <= 12 // 2
     assert {q: dict(bm25.scores(conn, segment.tokens(q))) for q in before} == before
@@ -320,10 +322,10 @@ def test_edited_chunks_dead_postings_do_not_make_a_term_look_common(tmp_path):
     for edit in ("first", "second"):
         for name, text in docs[:400]:
             add(conn, name, f"{text} {edit} edit")
-        bm25.flush(conn, force=True)
+        bm25_segments.flush(conn, force=True)
         conn.commit()
     stored = conn.execute("SELECT sum(length(ids)) FROM bm25_postings WHERE term = 'zebra'"
-                          ).fetchone()[0] // bm25.ID.itemsize
+                          ).fetchone()[0] // bm25_segments.ID.itemsize
     assert stored > 600  # what the old count saw: more than half of the 1,200 chunks
     assert assert_same_as_fts5(conn, ["zebra number5", "zebra"]) == 800
     assert len(bm25.scores(conn, segment.tokens("zebra number5"))) == 400
@@ -338,7 +340,7 @@ def test_the_rarest_cut_counts_live_chunks_only(tmp_path, monkeypatch):
     for _ in range(3):  # gamma's 10 files edited: 40 stored postings, 10 live
         for name, text in docs[:10]:
             add(conn, name, text)
-        bm25.flush(conn, force=True)
+        bm25_segments.flush(conn, force=True)
         conn.commit()
     assert conn.execute("SELECT count(*) FROM bm25_dead").fetchone()[0] > 0
     assert fulltext.bm25_match(conn, ["alpha", "beta", "gamma"]) == '"beta" OR "gamma"'
