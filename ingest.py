@@ -257,30 +257,53 @@ class Indexer:
         return done
 
     def _embed_batch(self, rows: list, step: Callable[[int], None] | None = None) -> int:
-        """Embed rows EMBED_BATCH at a time (a progress step each), then upsert them in one
-        Chroma call. A failing batch is halved until the bad chunk is isolated and marked
-        failed, so one bad chunk never blocks the rest."""
-        vectors: list = []
-        try:
-            for start in range(0, len(rows), EMBED_BATCH):
-                part = rows[start:start + EMBED_BATCH]
-                vectors += self.store.embed(_embedded_texts(part))
-                if step:
-                    step(len(part))
-            self.store.upsert([r["chunk_id"] for r in rows], vectors, _metadatas(rows))
-        except Exception as err:  # the embedder and Chroma can fail in any way; isolate it
+        """Embed rows a part at a time (a progress step each), then upsert them in one Chroma
+        call. Each chunk is embedded once in a run: a part that fails loses no other part's
+        vectors, and a failed upsert reuses the vectors it was given (see _isolating)."""
+        vectors: dict[str, list[float]] = {}  # chunk id -> its vector, kept once made
+
+        def embed(part: list) -> None:
+            made = self.store.embed(_embedded_texts(part))
+            vectors.update(zip([r["chunk_id"] for r in part], made, strict=True))
+
+        def upsert(part: list) -> None:
+            ids = [r["chunk_id"] for r in part]
+            self.store.upsert(ids, [vectors[i] for i in ids], _metadatas(part))
+
+        # a part is at most one embedder request, so a request that fails takes no vectors of
+        # the requests before it down with it (embed_documents splits at its batchSize)
+        size = min(EMBED_BATCH, self.store.embedder.batch_size)
+        embedded: list = []
+        for start in range(0, len(rows), size):
+            part = rows[start:start + size]
+            embedded += self._isolating(part, embed)
             if step:
-                step(len(rows) - len(vectors))
-            if len(rows) > 1:
-                half = len(rows) // 2
-                return self._embed_batch(rows[:half]) + self._embed_batch(rows[half:])
-            self._check_backend(err)
-            fulltext.set_embed_state(self.conn, [rows[0]["chunk_id"]], "failed",
-                                     f"{type(err).__name__}: {err}"[:300])
-            return 0
+                step(len(part))
+        indexed = self._isolating(embedded, upsert) if embedded else []
         _pause_point("mid-upsert")
-        fulltext.set_embed_state(self.conn, [r["chunk_id"] for r in rows], "indexed")
-        return len(rows)
+        fulltext.set_embed_state(self.conn, [r["chunk_id"] for r in indexed], "indexed")
+        return len(indexed)
+
+    def _isolating(self, rows: list, attempt: Callable[[list], None],
+                   probed: bool = False) -> list:
+        """The rows `attempt` (embed or upsert) succeeded for. When it fails, one probe first
+        tells a dead backend (the run stops, chunks stay pending) from a bad chunk; then the
+        rows are halved until each bad chunk is alone and marked failed. A failing half is
+        not probed again, a lone chunk is before it is marked (the backend may have died
+        meanwhile): a dead backend costs two calls, not one per halving."""
+        try:
+            attempt(rows)
+            return rows
+        except Exception as err:  # the embedder and Chroma can fail in any way; isolate it
+            if len(rows) == 1 or not probed:
+                self._check_backend(err)
+            if len(rows) == 1:
+                fulltext.set_embed_state(self.conn, [rows[0]["chunk_id"]], "failed",
+                                         f"{type(err).__name__}: {err}"[:300])
+                return []
+        half = len(rows) // 2
+        return (self._isolating(rows[:half], attempt, probed=True)
+                + self._isolating(rows[half:], attempt, probed=True))
 
     def _check_backend(self, err: Exception) -> None:
         """Tell a bad chunk from a dead backend: if a trivial text fails too, stop the run."""

@@ -15,7 +15,9 @@ Files at the base folder (`--base-path`, else LINECITE_HOME, else the user data 
 - `logs/queue_runner.log`: what a detached orchestrator printed.
 `prune-orphans` prints `{"removed": [...], "failed": {kb: reason}}` and exits 1 on a failure.
 Per KB: `index-status.json` and `.cancel`, which stops the running job at the next file
-boundary. Every indexing run (queued, `python ingest.py`, the `ingest_file` tool) writes the
+boundary, or keeps a job taken from the queue from starting; it is made and cleared only under
+`queue.lock` beside the entry's `running` flag, so a job never clears the cancel meant for it.
+Every indexing run (queued, `python ingest.py`, the `ingest_file` tool) writes the
 status file while it holds the KB's `.writer.lock`: `running` with its pid and progress at the
 start, `last_run` (counts, the first MAX_LIST_ROWS errors and `errors_total`, how it was
 started) at the end, under `.status.lock`. `live_status` reads it against the lock's live
@@ -119,11 +121,11 @@ def scopes_of(entry: dict) -> list[str]:
     return entry.get("scopes") or [entry["scope"]]
 
 
-def drop_waiting(base: Path, kb_id: str) -> bool:
-    with locked_entries(base) as queue:
-        before = len(queue)
-        queue[:] = [e for e in queue if e["kb_id"] != kb_id or e.get("running")]
-        return len(queue) != before
+def _drop(queue: list[dict], kb_id: str, running: bool) -> bool:
+    """Remove the KB's running (or waiting) entry from the queue in hand; True if one was."""
+    before = len(queue)
+    queue[:] = [e for e in queue if e["kb_id"] != kb_id or bool(e.get("running")) != running]
+    return len(queue) != before
 
 
 def _runnable(entry: dict, sweep_all: bool) -> bool:
@@ -132,11 +134,14 @@ def _runnable(entry: dict, sweep_all: bool) -> bool:
 
 def _take_next(base: Path, sweep_all: bool) -> dict | None:
     """Mark the first runnable entry that is due running (it stays queued until done, so a
-    crash redoes it); a job waiting for a busy KB is due at its `retry_at`."""
+    crash redoes it); a job waiting for a busy KB is due at its `retry_at`. Its KB's cancel
+    file is cleared in the same locked step: request_cancel makes one only for a running
+    entry, under this lock, so one found now is stale and one made later is for this job."""
     now = time.time()
     with locked_entries(base) as queue:
         for entry in queue:
             if _runnable(entry, sweep_all) and entry.get("retry_at", 0) <= now:
+                (base / entry["kb_id"] / CANCEL_FILE).unlink(missing_ok=True)
                 entry["running"] = True
                 return dict(entry)
     return None
@@ -150,23 +155,31 @@ def _next_retry(base: Path, sweep_all: bool) -> float | None:
 
 def _requeue_busy(base: Path, entry: dict, holder: dict | None) -> None:
     """The job's KB is being written by another process: it waits again, tried after a
-    back-off that doubles up to BUSY_RETRY_MAX; after BUSY_WAIT_MAX it is failed instead."""
+    back-off that doubles up to BUSY_RETRY_MAX; after BUSY_WAIT_MAX it is failed instead. A
+    job cancelled since it was taken is dropped instead, recorded cancelled (looked at under
+    the queue lock: a waiting entry's cancel would be cleared as stale when it is next taken)."""
     now = time.time()
     since = entry.get("busy_since", now)
     if now - since > BUSY_WAIT_MAX:
-        run = RunStatus(base / entry["kb_id"], "queue", "+".join(scopes_of(entry)),
-                        entry["force"])
-        run.finish(error=RuntimeError(
+        _run_status(base, entry).finish(error=RuntimeError(
             f"the KB stayed busy for {BUSY_WAIT_MAX / 3600:g} h ({_busy_text(holder)}); the "
             "queued job was dropped: start_reindex again once that run is done"))
         _finish(base, entry)
         return
     delay = min(BUSY_RETRY_FIRST * 2 ** entry.get("busy_tries", 0), BUSY_RETRY_MAX)
+    cancel = base / entry["kb_id"] / CANCEL_FILE
     with locked_entries(base) as queue:
-        for waiting in queue:
-            if waiting.get("running") and waiting["kb_id"] == entry["kb_id"]:
-                waiting.update(running=False, waiting=_busy_text(holder), busy_since=since,
-                               busy_tries=entry.get("busy_tries", 0) + 1, retry_at=now + delay)
+        if cancelled := cancel.exists():
+            _drop(queue, entry["kb_id"], running=True)
+            cancel.unlink()
+        else:
+            for waiting in queue:
+                if waiting.get("running") and waiting["kb_id"] == entry["kb_id"]:
+                    waiting.update(running=False, waiting=_busy_text(holder), busy_since=since,
+                                   busy_tries=entry.get("busy_tries", 0) + 1,
+                                   retry_at=now + delay)
+    if cancelled:
+        _record_cancelled(base, entry)
 
 
 def _busy_text(holder: dict | None) -> str:
@@ -177,7 +190,7 @@ def _busy_text(holder: dict | None) -> str:
 
 def _finish(base: Path, entry: dict) -> None:
     with locked_entries(base) as queue:
-        queue[:] = [e for e in queue if not (e.get("running") and e["kb_id"] == entry["kb_id"])]
+        _drop(queue, entry["kb_id"], running=True)
 
 
 def _requeue_interrupted(base: Path) -> None:
@@ -232,12 +245,16 @@ def orchestrator(base: Path) -> dict | None:
 
 
 def request_cancel(base: Path, kb_id: str) -> dict:
-    """Drop the KB's waiting entry and ask a running job for it to stop at the next file."""
-    dropped = drop_waiting(base, kb_id)
-    running = orchestrator(base) is not None and any(
-        e["kb_id"] == kb_id and e.get("running") for e in entries(base))
-    if running:
-        (base / kb_id / CANCEL_FILE).touch()
+    """Drop the KB's waiting entry and ask a running job for it to stop at the next file, or
+    not to start if it has not. The cancel file is made under the queue lock, which
+    _take_next holds while it clears a stale one (issue 45: one made between taking the job
+    and starting it was cleared by the job itself, while this answer said it was stopping)."""
+    alive = orchestrator(base) is not None
+    with locked_entries(base) as queue:
+        dropped = _drop(queue, kb_id, running=False)
+        running = alive and any(e["kb_id"] == kb_id for e in queue)  # only running ones left
+        if running:
+            (base / kb_id / CANCEL_FILE).touch()
     return {"kb_id": kb_id, "dropped_waiting_entry": dropped, "stopping_running_job": running}
 
 
@@ -286,28 +303,40 @@ def start_orchestrator(base: Path) -> dict:
 # ---------------------------------------------------------------------------
 # the orchestrator
 
+def _run_status(base: Path, entry: dict) -> RunStatus:
+    return RunStatus(base / entry["kb_id"], "queue", "+".join(scopes_of(entry)), entry["force"])
+
+
+def _record_cancelled(base: Path, entry: dict) -> None:
+    """The outcome of a job cancelled before it started: `cancelled`, nothing done."""
+    import ingest
+
+    _run_status(base, entry).finish(ingest.Summary(entry["kb_id"], cancelled=True))
+
+
 def run_entry(base: Path, entry: dict) -> bool:
     """Run one queued job, every scope it asks in one run; False when it never started
     because another process holds the KB's writer lock (a CLI ingest): it must wait, not be
     dropped. Whatever else it raises ends as its recorded result (`failed`, with the reason);
     before, only five exception types did, and any other one killed the drain and left the
-    status `running` for good (issue 14)."""
+    status `running` for good (issue 14). A job cancelled since it was taken never starts:
+    it is recorded cancelled (issue 45)."""
     import ingest
 
-    folder = base / entry["kb_id"]
-    cancel = folder / CANCEL_FILE
-    cancel.unlink(missing_ok=True)
-    scopes = scopes_of(entry)
-    run = RunStatus(folder, "queue", "+".join(scopes), entry["force"])
+    cancel = base / entry["kb_id"] / CANCEL_FILE
+    if cancel.exists():
+        _record_cancelled(base, entry)
+        cancel.unlink()
+        return True
+    run = _run_status(base, entry)
     try:
         kb = kbmod.load(base, entry["kb_id"])
-        ingest.sync(kb, scopes, entry["force"], should_stop=cancel.exists, run=run)
+        ingest.sync(kb, scopes_of(entry), entry["force"], should_stop=cancel.exists, run=run)
     except Exception as err:  # the job's failure, not the orchestrator's
         if run.waits_in_queue(err):
-            return False
+            return False  # a cancel made meanwhile stays: _requeue_busy honours it
         run.finish(error=err)
-    finally:
-        cancel.unlink(missing_ok=True)
+    cancel.unlink(missing_ok=True)
     return True
 
 

@@ -13,6 +13,8 @@ import sys
 import time
 import urllib.request
 import zlib
+from collections import Counter
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -496,6 +498,149 @@ def test_ingest_isolates_the_one_over_long_chunk(tmp_path, monkeypatch) -> None:
         states = embed_states(kb)
         assert [state for (page, _), state in sorted(states.items())] == [
             "indexed", "indexed", "indexed", "failed", "indexed", "indexed"]
+    finally:
+        server.close()
+
+
+class DeadOpenAI(Provider):
+    """An OpenAI-compatible server whose model is down: HTTP 500 for every request."""
+
+    def answer(self, path: str, headers, body: dict) -> tuple[int, dict, dict]:
+        return 500, {}, {"error": {"message": "model runner crashed", "type": "server_error"}}
+
+
+class HangUp(JsonApi):
+    """A server that reads each request and hangs up unanswered (a backend that died at
+    work, behind its socket); unlike a refused port it can count the requests."""
+
+    def _handler(self) -> type:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.requests.append({"path": self.path, "body": body})
+                self.close_connection = True  # no status line: the client sees a hang-up
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        return Handler
+
+
+class PoisonedOpenAI(Provider):
+    """An OpenAI-compatible server that fails (HTTP 500, as llama.cpp does on an input its
+    model cannot take) every request holding a text with POISON, and embeds the rest."""
+
+    def answer(self, path: str, headers, body: dict) -> tuple[int, dict, dict]:
+        if any("POISON" in text for text in body["input"]):
+            return 500, {}, {"error": {"message": "input cannot be tokenized", "type": "server"}}
+        return super().answer(path, headers, body)
+
+
+def spelled(i: int) -> str:
+    """i in letters (90 -> "ja"): digits are masked when running headers are looked for, so
+    pages told apart only by a number would all be dropped as one header."""
+    return "".join("abcdefghij"[int(d)] for d in str(i))
+
+
+def page_texts(n: int, poison: int | None = None) -> list[str]:
+    """n one-line pages, one chunk each; page `poison` (0-based) is the one a server refuses."""
+    return [f"{'POISON ' if i == poison else ''}Harbour log {spelled(i)}: crane "
+            f"{spelled(i)} was inspected." for i in range(n)]
+
+
+def write_pages(folder: Path, texts: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "log.txt").write_text("\f".join(texts), encoding="utf-8")
+    return folder / "log.txt"
+
+
+@pytest.mark.parametrize("failure", ["http-500", "hang-up"])
+def test_a_dead_embedder_is_asked_twice_then_the_run_stops(tmp_path, monkeypatch,
+                                                            failure) -> None:
+    # issue 45 item 5: a failed batch of 32 was halved down to one chunk before the backend was
+    # probed: 7 calls to a backend that refuses everything, each waiting out its retries (a
+    # hung one 60 s per try). Now one probe follows the failed batch: two calls, then a stop.
+    monkeypatch.setattr(embedders, "MAX_ATTEMPTS", 2)  # an HTTP 500 is retried inside a call
+    monkeypatch.setattr(embedders, "BACKOFF_FIRST", 0.01)
+    server = DeadOpenAI("openai") if failure == "http-500" else HangUp()
+    try:
+        kb = make_kb(tmp_path, {"provider": "openai", "model": "m", "baseUrl": server.url})
+        log = write_pages(tmp_path / "docs", page_texts(40))  # more than one batch (32)
+        with pytest.raises(ingest.EmbedderUnavailable) as stopped:
+            ingest.ingest(kb, [log])
+        # the batch, then the probe (a 500 is tried MAX_ATTEMPTS times, a hang-up once)
+        tries = 2 if failure == "http-500" else 1
+        assert [len(r["body"]["input"]) for r in server.requests] == [32] * tries + [1] * tries
+        cause = (f"openai at {server.url} still fails after 2 tries (HTTP 500); try again later"
+                 if failure == "http-500" else f"cannot reach openai at {server.url} "
+                 "(RemoteProtocolError); start it, or fix 'embedding.baseUrl'")
+        assert str(stopped.value) == (
+            f"the embedder or Chroma is not working (EmbedderUnreachable: {cause}); pending "
+            "chunks are kept and the next run embeds them")
+        assert set(embed_states(kb).values()) == {"pending"}  # none marked failed
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("batch_size", [None, 8])
+def test_a_poisoned_chunk_is_isolated_and_every_other_chunk_embedded_once(
+        tmp_path, monkeypatch, batch_size) -> None:
+    # issue 45 item 5: the halving threw away the vectors of the parts of a batch that had
+    # succeeded and embedded them again (a batch grows to 64 once embedding is quick: the
+    # first 32 went twice when the poison sat in the second 32; with batchSize 8 each part
+    # of 32 is four requests, and the ones before the poisoned one went again).
+    monkeypatch.setattr(embedders, "MAX_ATTEMPTS", 2)
+    monkeypatch.setattr(embedders, "BACKOFF_FIRST", 0.01)
+    monkeypatch.setattr(ingest, "UPSERT_SECONDS", 1e9)  # batches 32, 64, 128: poison in the 64
+    server = PoisonedOpenAI("openai")
+    monkeypatch.setenv("OPENAI_API_KEY", server.key)
+    texts = page_texts(100, poison=90)
+    try:
+        extra = {"batchSize": batch_size} if batch_size else {}
+        kb = make_kb(tmp_path, config_for(server, **extra))
+        summary = ingest.ingest(kb, [write_pages(tmp_path / "docs", texts)])
+        refused = [r["body"]["input"] for r in server.requests
+                   if any("POISON" in t for t in r["body"]["input"])]
+        answered = Counter(t for r in server.requests for t in r["body"]["input"]
+                           if not any("POISON" in t for t in r["body"]["input"]))
+        good = texts[:90] + texts[91:]
+        assert {t: answered[t] for t in good} == dict.fromkeys(good, 1)  # each embedded once
+        # the part holding the poison, halved down to it (each call tried MAX_ATTEMPTS times)
+        halvings = [32, 16, 8, 4, 2, 1] if batch_size is None else [8, 4, 2, 1]
+        assert [len(inputs) for inputs in refused] == [
+            n for n in halvings for _ in range(embedders.MAX_ATTEMPTS)]
+        states = embed_states(kb)
+        assert {text for (_, text), state in states.items() if state == "failed"} == {
+            texts[90]}
+        assert summary.embedded == 99 and list(states.values()).count("indexed") == 99
+    finally:
+        server.close()
+
+
+def test_a_chunk_chroma_refuses_is_isolated_without_embedding_anything_again(
+        tmp_path, monkeypatch) -> None:
+    # issue 45 item 5: a failed upsert was halved by embedding each half again
+    server = Provider("openai")
+    monkeypatch.setenv("OPENAI_API_KEY", server.key)
+    real_upsert = chroma_store.ChromaStore.upsert
+
+    def picky_upsert(self, ids, embeddings, metadatas):
+        if any(m["page"] == 8 for m in metadatas):
+            raise ValueError("Chroma refused this record")
+        return real_upsert(self, ids, embeddings, metadatas)
+
+    monkeypatch.setattr(chroma_store.ChromaStore, "upsert", picky_upsert)
+    texts = page_texts(20)
+    try:
+        kb = make_kb(tmp_path, config_for(server))
+        summary = ingest.ingest(kb, [write_pages(tmp_path / "docs", texts)])
+        answered = Counter(t for r in server.requests for t in r["body"]["input"])
+        assert {t: answered[t] for t in texts} == dict.fromkeys(texts, 1)
+        states = embed_states(kb)
+        assert [page for (page, _), state in states.items() if state == "failed"] == [8]
+        assert summary.embedded == 19
     finally:
         server.close()
 

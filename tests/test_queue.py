@@ -140,6 +140,70 @@ def test_cancel_file_stops_the_running_job_at_a_file_boundary(tmp_path, monkeypa
     assert not (kb.folder / queue_runner.CANCEL_FILE).exists()
 
 
+def assert_cancelled_before_it_ran(base: Path, kb: kbmod.KnowledgeBase) -> None:
+    """The job's recorded outcome is `cancelled`, and it never started."""
+    last = run_status.read_status(kb.folder)["last_run"]
+    assert (last["started_by"], last["ok"], last["cancelled"]) == ("queue", True, True)
+    assert last["counts"]["indexed"] == 0
+    assert queue_runner.live_status(base, "notes")["status"] == "idle"
+    assert not kb.fulltext_path.exists()  # the job never opened the KB's index
+    assert queue_runner.entries(base) == []
+    assert not (kb.folder / queue_runner.CANCEL_FILE).exists()
+
+
+def test_a_cancel_between_taking_a_job_and_starting_it_is_honoured(tmp_path, monkeypatch):
+    # issue 45 item 6a: run_entry cleared the cancel file as it started, so a cancel_reindex
+    # made after _take_next had marked the job running was lost while it answered
+    # stopping_running_job: true, and the job ran to the end
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 2)
+    kb = make_kb(base, "notes", docs, BM25_ONLY)
+    queue_runner.enqueue(base, "notes", "full", False, False)
+    real_take_next, answers = queue_runner._take_next, []
+    lib = library.Library(base)
+
+    def take_then_cancel(at: Path, sweep_all: bool) -> dict | None:
+        entry = real_take_next(at, sweep_all)
+        if entry is not None:  # taken (running in the queue file), not started yet
+            answers.append(lib.cancel_reindex("notes"))
+        return entry
+
+    monkeypatch.setattr(queue_runner, "_take_next", take_then_cancel)
+    try:
+        assert queue_runner.drain(base) == 0
+    finally:
+        lib.close()
+    assert answers == [{"kb_id": "notes", "dropped_waiting_entry": False,
+                        "stopping_running_job": True}]
+    assert_cancelled_before_it_ran(base, kb)
+
+
+def test_a_cancel_while_a_taken_job_finds_its_kb_busy_is_honoured(tmp_path, monkeypatch):
+    # issue 45 item 6a, the same race when the taken job found its KB busy: run_entry cleared
+    # the cancel, the job went back to waiting, and it ran once the KB was free
+    base, docs = tmp_path / "base", tmp_path / "docs"
+    write_docs(docs, 2)
+    kb = make_kb(base, "notes", docs, BM25_ONLY)
+    cli = PidLock(kb.folder / run_status.WRITER_LOCK, "indexing of KB 'notes'")
+    cli.acquire()  # the KB's real writer lock, held as `python ingest.py` holds it
+    queue_runner.enqueue(base, "notes", "full", False, False)
+    monkeypatch.setattr(queue_runner, "BUSY_RETRY_FIRST", 0.01)
+    real_requeue, answers = queue_runner._requeue_busy, []
+
+    def cancel_then_requeue(at: Path, entry: dict, holder: dict | None) -> None:
+        answers.append(queue_runner.request_cancel(at, entry["kb_id"]))
+        cli.release()  # the CLI run ends: a job put back to wait would run now
+        real_requeue(at, entry, holder)
+
+    monkeypatch.setattr(queue_runner, "_requeue_busy", cancel_then_requeue)
+    try:
+        assert queue_runner.drain(base) == 0
+    finally:
+        cli.release()
+    assert [a["stopping_running_job"] for a in answers] == [True]
+    assert_cancelled_before_it_ran(base, kb)
+
+
 def test_prune_orphans_spares_protected_and_foreign_folders(tmp_path):
     for name in ("live", "orphan", ".hidden", "_private", "old-backup-2024", "logs"):
         (tmp_path / name).mkdir()
