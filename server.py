@@ -9,6 +9,9 @@ the user data folder). Tools are thin: each calls one Library method (library.py
 jieba, the embedder and Chroma load on the first call that needs them or in the warm-up
 (stdio: from `initialize`; HTTP: as it starts), so tools are listed as soon as a bare FastMCP
 server lists its own (`python -m bench startup`). Nothing but protocol is written to stdout.
+Here: the tools, the resources and prompt, the lifespan and main(); in surface/: the HTTP
+transport's defences (http_guards), how failed calls are worded (tool_errors), the warm-up
+(warmup), the stdio transport, the web page.
 
 Layer: surface (top): the MCP tools and transports; nothing of the product imports it.
 """
@@ -16,28 +19,21 @@ Layer: surface (top): the MCP tools and transports; nothing of the product impor
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import logging
 import os
 import sys
-import threading
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
-from urllib.parse import urlsplit
 
 import anyio
 from fastmcp import Context, FastMCP
-from fastmcp.exceptions import FastMCPError, PromptError, ResourceError, ToolError, ValidationError
+from fastmcp.exceptions import PromptError, ResourceError, ToolError
 from fastmcp.server.lifespan import lifespan
-from fastmcp.server.middleware import Middleware
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ListResourcesResult, PaginatedRequestParams, Resource
-from pydantic import BeforeValidator, Field
-from pydantic import ValidationError as PydanticError
-from pydantic_core import PydanticCustomError
+from pydantic import Field
 
 import kb as kbmod
 from adapters import mcp_internals
@@ -47,14 +43,13 @@ from common.version import VERSION
 from library import MAX_CONTEXT, Library
 from ranking import filters
 from service import multikb, watcher
-from surface import resources, stdio_transport, webui
+from surface import http_guards, resources, stdio_transport, webui
+from surface.tool_errors import NoInternalErrors, PlainArgumentErrors, whole
+from surface.warmup import WarmUp
 
 # ---------------------------------------------------------------------------
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-WARM_UP_ENV = "LINECITE_WARM_UP"  # "0": no warm-up search (at initialize; HTTP: at start)
-HANDSHAKE_GRACE = 1.0  # seconds a warm-up started at initialize waits for tools/list
-TOKEN_ENV = "LINECITE_HTTP_TOKEN"  # bearer token; required when binding a non-loopback address
 # ---------------------------------------------------------------------------
 
 READ_ONLY = {"readOnlyHint": True, "openWorldHint": False}
@@ -67,24 +62,13 @@ SearchKbIds = Annotated[
                       "list, each hit naming its kb_id; may be left out when there is only one")]
 
 
-def refuse_bool(value: object) -> object:
-    """`true` is no number, but pydantic's lax mode reads it as 1. Lax mode stays: hosts send
-    numbers as "5" or 5.0 (Claude Desktop, Cursor), and JSON Schema calls 5.0 an integer."""
-    if isinstance(value, bool):
-        raise PydanticCustomError("int_type", "Input should be a valid integer")
-    return value
-
-
-def whole(low: int, high: int, description: str) -> object:
-    """An integer argument's type: bounded both ways, both bounds stated in its schema
-    (minimum, maximum and the description), so 2**63 never reaches SQLite."""
-    return Annotated[int, Field(ge=low, le=high, description=f"{description} ({low} to {high:,})"),
-                     BeforeValidator(refuse_bool)]  # after Field, or the schema loses the bounds
+base_folder: Path | None = None  # set by main() from --base-path; None: the default folder
 
 
 @lifespan
 async def open_library(server: FastMCP):
-    library = Library(paths.default_base_path())
+    """The server's Library over the base folder, warmed up and its folders watched."""
+    library = Library(base_folder or paths.default_base_path())
     warm_up.library = library
     if warm_up.at_start:
         warm_up.start()
@@ -95,120 +79,6 @@ async def open_library(server: FastMCP):
         library.watch.stop()
         warm_up.library = None
         library.close()
-
-
-KIND_WORDS = {"int_parsing": "a whole number", "int_type": "a whole number",
-              "int_from_float": "a whole number", "bool_parsing": "true or false",
-              "bool_type": "true or false", "string_type": "text"}
-
-
-def argument_errors(tool: str, err: PydanticError, known: list[str]) -> str:
-    """pydantic's report as sentences that say what is allowed (no URL, no type names)."""
-    sentences = []
-    for detail in err.errors(include_url=False):
-        name = ".".join(str(part) for part in detail["loc"]) or "arguments"
-        ctx, kind = detail.get("ctx") or {}, detail["type"]
-        if kind in ("missing", "missing_argument"):
-            sentences.append(f"{name} is required")
-        elif kind in KIND_WORDS:
-            sentences.append(f"{name} must be {KIND_WORDS[kind]}")
-        elif kind == "unexpected_keyword_argument":
-            sentences.append(f"{tool} has no argument {limits.shown(name)}; its arguments "
-                             f"are: {', '.join(known)}")
-        elif kind in ("less_than_equal", "greater_than_equal", "less_than", "greater_than"):
-            bound = {"less_than_equal": "at most", "greater_than_equal": "at least",
-                     "less_than": "less than", "greater_than": "more than"}[kind]
-            limit = next(iter(ctx.values()), "")
-            sentences.append(f"{name} must be {bound} {limit:,}" if isinstance(limit, int)
-                             else f"{name} must be {bound} {limit}")
-        elif kind == "too_long":
-            sentences.append(f"{name} holds {ctx.get('actual_length')} items; send at most "
-                             f"{ctx.get('max_length')}")
-        elif kind == "literal_error":
-            sentences.append(f"{name} must be one of {ctx.get('expected', '')}")
-        else:
-            sentences.append(f"{name} is not valid here ({detail['msg'].lower()})")
-    return f"{tool}: " + "; ".join(sentences) + "."
-
-
-class PlainArgumentErrors(Middleware):
-    """A wrong argument gets one sentence in our voice, not pydantic's report and its URL."""
-
-    async def on_call_tool(self, context, call_next):
-        try:
-            return await call_next(context)
-        except ValidationError as err:
-            if not isinstance(err.__cause__, PydanticError):
-                raise
-            name = context.message.name
-            tool = await mcp.get_tool(name)
-            known = list(tool.parameters.get("properties", {})) if tool else []
-            raise ToolError(argument_errors(name, err.__cause__, known)) from None
-
-
-class NoInternalErrors(Middleware):
-    """A failure inside linecite or a library (Chroma's, SQLite's) reaches the agent as one
-    sentence that says what to do; its text and traceback go to stderr, the host's log.
-    fastmcp would send `str(err)`: a path, or "'RustBindingsAPI' object has no attribute"."""
-
-    async def on_call_tool(self, context, call_next):
-        try:
-            return await call_next(context)
-        except ToolError as err:
-            cause = err.__cause__
-            if cause is None or isinstance(cause, FastMCPError):
-                raise  # ours (UserError, argument errors) or fastmcp's own words
-            name = context.message.name
-            print(f"linecite: {name} failed inside the server:", file=sys.stderr)
-            traceback.print_exception(cause, file=sys.stderr)
-            raise ToolError(f"{name} failed inside the server; nothing already indexed was "
-                            "lost. Try the call again; if it fails again, the server's log "
-                            "(its stderr, in the host's MCP log) says why") from None
-
-
-class WarmUp(Middleware):
-    """Load what a first search needs, in a thread: in a new process that search otherwise
-    waits seconds for Kiwi, jieba, the embedder and Chroma. Over stdio it starts when the host
-    says `initialize` (the process is its: the spawn's imports are done, and the host asks
-    soon after); the HTTP server starts it with the server (`at_start`), not at a first
-    request. tools/list starts it too, for a host that never initializes. LINECITE_WARM_UP=0
-    turns it off."""
-
-    library: Library | None = None
-    at_start = False  # set by main() for the HTTP transport
-    started = False
-
-    def __init__(self) -> None:
-        self.listed = threading.Event()  # tools/list answered: the handshake is over
-
-    def start(self) -> None:
-        """Start the warm-up once per process (a no-op when off or already started)."""
-        if self.started or self.library is None or os.environ.get(WARM_UP_ENV, "1") == "0":
-            return
-        self.started = True
-        threading.Thread(target=self._run, args=(self.library,), name="linecite-warm-up",
-                         daemon=True).start()
-
-    def _run(self, library: Library) -> None:
-        """Yield to the handshake first: on 2 cores the loads' imports, started at once,
-        made tools/list ~0.5-1 s slower; a host lists the tools right after initializing."""
-        self.listed.wait(0 if self.at_start else HANDSHAKE_GRACE)
-        library.warm_up()
-
-    async def on_initialize(self, context, call_next):
-        self.start()
-        return await call_next(context)
-
-    async def on_discover(self, context, call_next):
-        self.start()
-        return await call_next(context)
-
-    async def on_list_tools(self, context, call_next):
-        self.start()
-        try:
-            return await call_next(context)
-        finally:
-            self.listed.set()
 
 
 warm_up = WarmUp()
@@ -234,6 +104,15 @@ async def run(ctx: Context, work: Callable[[Library], T]) -> T:
         return await anyio.to_thread.run_sync(work, library)
     except (UserError, kbmod.ConfigError, FileNotFoundError) as err:
         raise ToolError(str(err)) from None
+
+
+def progress_reporter(ctx: Context):
+    """An indexing run's progress callback (it runs in a worker thread) that sends each step
+    to the client as an MCP progress notification."""
+    def report(done: int, total: int, message: str) -> None:
+        anyio.from_thread.run(ctx.report_progress, done, total, message)
+
+    return report
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -342,15 +221,6 @@ async def list_sources(
 ) -> dict:
     """List indexed sources by name: pages, chunks, parser, state, error, when indexed."""
     return await run(ctx, lambda lib: lib.list_sources(kb_id, offset, limit))
-
-
-def progress_reporter(ctx: Context):
-    """An indexing run's progress callback (it runs in a worker thread) that sends each step
-    to the client as an MCP progress notification."""
-    def report(done: int, total: int, message: str) -> None:
-        anyio.from_thread.run(ctx.report_progress, done, total, message)
-
-    return report
 
 
 @mcp.tool(annotations={"readOnlyHint": False, "idempotentHint": True,
@@ -485,149 +355,8 @@ mcp_internals.replace_request_handler(mcp, "resources/list", PaginatedRequestPar
                                       list_sources_as_resources)  # fastmcp's own one
 
 
-# ---------------------------------------------------------------------------
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def normal_host(host: str) -> str:
-    """A host name or address as origins compare it: lower case, IPv6 in its short form."""
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        return host.lower()
-
-
-def origin_key(origin: str) -> tuple[str, str, int | None] | None:
-    """(scheme, host, port) of a browser Origin, its default port filled in; None when it is
-    no plain scheme://host[:port] (a path, user info, "null", a malformed port)."""
-    try:
-        parts = urlsplit(origin)
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    except ValueError:
-        return None
-    if not parts.hostname or parts.path or parts.query or parts.fragment or parts.username:
-        return None
-    return parts.scheme.lower(), normal_host(parts.hostname), port
-
-
-def own_origins(scheme: str, bind_host: str, port: int, host_header: str) -> set:
-    """The origins that are this server's: the address it binds, exactly (no alias: on a
-    loopback bind `localhost` or `[::1]` may reach another program's socket on our port).
-    Off loopback also the Host a request was sent to, as clients name the machine in ways we
-    cannot list; there a token is required, which a rebinding page cannot send."""
-    own = set()
-    if bind_host not in ("0.0.0.0", "::"):
-        own.add((scheme, normal_host(bind_host), port))
-    if not is_loopback(bind_host):
-        own.add(origin_key(f"{scheme}://{host_header}"))
-    return own - {None}
-
-
-class OwnOriginOnly:
-    """Refuse browser requests (403) from any origin but this server's own scheme, host and
-    port. fastmcp's guard lets every loopback origin reach a loopback server, so a page from
-    another localhost port, another scheme or 127.0.0.2 could otherwise call our tools."""
-
-    def __init__(self, app, host: str, port: int):
-        self.app = app
-        self.host = host
-        self.port = port
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http":
-            from starlette.datastructures import Headers
-            from starlette.responses import Response
-
-            headers = Headers(scope=scope)
-            origin = headers.get("origin")
-            own = own_origins(scope.get("scheme", "http"), self.host, self.port,
-                              headers.get("host", ""))
-            if origin is not None and origin_key(origin) not in own:
-                await Response("Forbidden Origin", status_code=403)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def jsonrpc_refusal(status: int, problem: str):
-    """A JSON-RPC error for a request refused before any work; its id is null, never echoed."""
-    from starlette.responses import JSONResponse
-
-    return JSONResponse(limits.invalid_request(problem), status_code=status)
-
-
-async def read_body(receive, limit: int) -> bytes | None:
-    """A request's body, or None once it passes `limit` bytes (the rest is never read)."""
-    body = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return bytes(body)  # the client went away; the app sees the same
-        body += message.get("body", b"")
-        if len(body) > limit:
-            return None
-        if not message.get("more_body", False):
-            return bytes(body)
-
-
-class BoundedRequests:
-    """Check a POSTed body against limits.py before any work: at most MAX_REQUEST_BYTES (413),
-    and what answers echo (the id, the method, the tool named) bounded (400), so a megabyte
-    id never comes back whole. The body is then handed on unchanged."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        body = await read_body(receive, limits.MAX_REQUEST_BYTES)
-        if body is None:
-            refusal = jsonrpc_refusal(413, limits.oversize_problem())
-            await refusal(scope, receive, send)
-            return
-        problem = limits.message_problem(body)
-        if problem:
-            await jsonrpc_refusal(400, problem)(scope, receive, send)
-            return
-        sent = False
-
-        async def replay():
-            nonlocal sent
-            if sent:
-                return await receive()
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-
-def http_auth(host: str):
-    """Bearer-token auth from TOKEN_ENV; refuse to serve a non-loopback address without it."""
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if token and len(token) < limits.MIN_TOKEN_CHARS:
-        raise SystemExit(f"linecite: {TOKEN_ENV} is {len(token)} characters long; a token "
-                         f"needs at least {limits.MIN_TOKEN_CHARS} (a short one is guessed). "
-                         "Set it to a long random string, e.g. the output of "
-                         "python -c \"import secrets; print(secrets.token_urlsafe(32))\"")
-    if not token:
-        if not is_loopback(host):
-            raise SystemExit(f"linecite: refusing to listen on {host} without a token; set "
-                             f"{TOKEN_ENV} to a long random string (clients send it as "
-                             "'Authorization: Bearer <token>'), or bind 127.0.0.1")
-        return None
-    from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
-
-    return StaticTokenVerifier(tokens={token: {"client_id": "linecite", "scopes": []}})
-
-
 def main(argv: list[str] | None = None) -> None:
+    global base_folder
     parser = argparse.ArgumentParser(description="linecite MCP server")
     parser.add_argument("--version", action="version", version=f"linecite {VERSION}")
     parser.add_argument("--transport", choices=["stdio", "http"],
@@ -641,34 +370,31 @@ def main(argv: list[str] | None = None) -> None:
                         help="serve only the web page, on 127.0.0.1 (a free port unless "
                              "PORT), and open the browser on it")
     args = parser.parse_args(argv)
-    if args.base_path is not None:  # the flag wins over the environment, for the
-        os.environ[paths.HOME_ENV] = str(args.base_path)  # lifespan and every child process
+    # The flag wins over LINECITE_HOME; the queue runner is given the Library's base folder
+    # on its command line (queue_runner.start_orchestrator), so the environment stays as is.
+    base_folder = (paths.default_base_path() if args.base_path is None
+                   else args.base_path.expanduser())
     if args.ui is not None:
-        from starlette.middleware import Middleware
-
-        webui.serve_alone(args.ui, lambda port: [
-            Middleware(OwnOriginOnly, host=DEFAULT_HOST, port=port), Middleware(BoundedRequests)])
+        webui.serve_alone(args.ui, base_folder,
+                          lambda port: http_guards.middleware(DEFAULT_HOST, port))
         return
     if args.transport == "stdio":
         stdio_transport.serve(mcp)
         return
-    mcp.auth = http_auth(args.host)
+    mcp.auth = http_guards.http_auth(args.host)
     warm_up.at_start = True  # an HTTP server warms up as it starts, not at a first request
     print(f"linecite: serving MCP on http://{args.host}:{args.port}/mcp", file=sys.stderr)
-    ui = webui.WebUI(lambda: warm_up.library, os.environ.get(TOKEN_ENV, "").strip() or None)
+    ui = webui.WebUI(lambda: warm_up.library, http_guards.configured_token())
     for path, methods, endpoint in ui.endpoints():  # the page at /, its API at /api/...
         mcp.custom_route(path, methods=methods)(endpoint)
     # Host check: on loopback it stops DNS rebinding. Off loopback a token is required, which
     # a rebinding page cannot send, and clients reach the machine by names and addresses we
     # cannot list (0.0.0.0 is never a Host header), so any Host is let through. A foreign
     # browser Origin is refused either way.
-    from starlette.middleware import Middleware
-
     mcp.run("http", show_banner=False, host=args.host, port=args.port,
             host_origin_protection=True,
-            allowed_hosts=None if is_loopback(args.host) else ["*"],
-            middleware=[Middleware(OwnOriginOnly, host=args.host, port=args.port),
-                        Middleware(BoundedRequests)])
+            allowed_hosts=None if http_guards.is_loopback(args.host) else ["*"],
+            middleware=http_guards.middleware(args.host, args.port))
 
 
 if __name__ == "__main__":

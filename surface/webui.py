@@ -10,7 +10,7 @@ agent see the same snapshot and the same errors. Settings change through kb.py (
 `update`): checked by the code that reads config.json, written atomically. The page itself is
 plain files in `webui/` (no build step, no CDN, nothing fetched at run time).
 
-Security, on top of server.py's middlewares (Host check, own Origin only, bounded bodies): off
+Security, on top of fastmcp's Host check and http_guards (own Origin only, bounded bodies): off
 loopback every /api call needs the bearer token (the page asks for it once); every POST needs
 the per-process CSRF token from /api/session in a header, which a page of another origin can
 neither read nor send without a CORS preflight we never grant, and a `Sec-Fetch-Site` other
@@ -39,7 +39,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 import kb as kbmod
-from common import limits, paths
+from common import limits
 from common.limits import UserError
 from library import MAX_CONTEXT, Library
 
@@ -415,7 +415,7 @@ def refusal(status: int, message: str) -> JSONResponse:
 
 
 async def json_body(request: Request) -> dict | None:
-    """The POSTed JSON object (server.py's BoundedRequests bounded its size), else None."""
+    """The POSTed JSON object (http_guards.BoundedRequests bounded its size), else None."""
     try:
         data = json.loads(await request.body())
     except (ValueError, RecursionError):
@@ -424,10 +424,11 @@ async def json_body(request: Request) -> dict | None:
 
 
 
-def serve_alone(port: int, middleware: Callable[[int], list], open_browser: bool = True) -> None:
-    """`server.py --ui`: the page alone (no /mcp) on 127.0.0.1, behind server.py's
-    `middleware(port)` and fastmcp's Host check, and the browser opened on it. Port 0 takes a free
-    one; the address is said on stderr."""
+def serve_alone(port: int, base: Path, middleware: Callable[[int], list],
+                open_browser: bool = True) -> None:
+    """`server.py --ui`: the page alone (no /mcp) on 127.0.0.1 over the KBs under `base`, behind
+    server.py's `middleware(port)` and fastmcp's Host check, and the browser opened on it. Port 0
+    takes a free one; the address is said on stderr."""
     import uvicorn
     from fastmcp.server.http import HostOriginGuardMiddleware
     from starlette.applications import Starlette
@@ -438,7 +439,7 @@ def serve_alone(port: int, middleware: Callable[[int], list], open_browser: bool
 
     @asynccontextmanager
     async def lifespan(app) -> AsyncIterator[None]:
-        holder["library"] = Library(paths.default_base_path())
+        holder["library"] = Library(base)
         try:
             yield
         finally:

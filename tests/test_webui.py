@@ -317,7 +317,7 @@ def test_a_post_from_another_origin_is_refused(server, browser, base, tmp_path):
     finally:
         evil.shutdown()
     assert config.read_text(encoding="utf-8") == before
-    assert "Forbidden" in browser.page_source  # the form's answer: server.py's 403
+    assert "Forbidden" in browser.page_source  # the form's answer: http_guards' 403
     origin = server.rstrip("/")
     body = {"kb": "notes", "path": tmp_path.as_posix()}
     refused = [httpx.post(f"{server}api/add_folder", json=body, headers=h) for h in (
