@@ -15,7 +15,7 @@ the environment by preset, never stored or logged; 429/5xx back off (Retry-After
 bounded. A refused key (401/403) or a provider still unreachable after its retries stops
 contextualizing for the run (the reason is kept in the index's meta for get_index_info); the
 chunks are embedded without a context and get one on a later run. A chunk whose call fails
-otherwise is marked failed and retried on later runs, up to fulltext.MAX_CONTEXT_ATTEMPTS.
+otherwise is marked failed and retried on later runs, up to contexts.MAX_CONTEXT_ATTEMPTS.
 
 Layer: pipeline stage (chunks -> contextualized chunks), above storage and embedders.
 """
@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import fulltext
+from index import contexts
 from providers import chat, embedders
 
 # -----------------------------------------------------------------------------
@@ -213,27 +214,27 @@ class Step:
         retry, self.retried = not self.retried, True
         after, changed = 0, 0
         batch = self.llm.batch_size if self.llm else DEFAULT_BATCH
-        while rows := fulltext.chunks_to_contextualize(conn, after, batch, self.signature,
+        while rows := contexts.chunks_to_contextualize(conn, after, batch, self.signature,
                                                        redo and not self.stopped,
                                                        retry and not self.stopped):
             after = rows[-1]["id"]
             updates = [u for u in self._updates(conn, rows, redo, chunking.bm25_text) if u]
-            fulltext.save_contexts(conn, updates)
+            contexts.save_contexts(conn, updates)
             changed += len(updates)
         return changed
 
-    def _updates(self, conn, rows, redo: bool, bm25_text) -> list[fulltext.ContextUpdate | None]:
+    def _updates(self, conn, rows, redo: bool, bm25_text) -> list[contexts.ContextUpdate | None]:
         """One update per row: tokens rebuilt for carried contexts, contexts cleared when no
         contextualizer is configured, the LLM asked for the rest (concurrently)."""
-        out: list[fulltext.ContextUpdate | None] = []
+        out: list[contexts.ContextUpdate | None] = []
         jobs: list[_Job] = []
         for row in rows:
             current = (row["llm_model"], row["llm_prompt"]) == self.signature
             if self.llm is None and redo:
                 out.append(self._update(row, "", None, None, 0, bm25_text, reembed=bool(
                     row["llm_context"])))
-            elif row["llm_state"] == "carried" and (current or not redo or self.stopped):
-                out.append(self._update(row, row["llm_context"], "done", None,
+            elif row["llm_state"] == contexts.CARRIED and (current or not redo or self.stopped):
+                out.append(self._update(row, row["llm_context"], contexts.DONE, None,
                                         row["llm_attempts"], bm25_text, keep_signature=True))
             elif self.llm is not None and not self.stopped:
                 jobs.append(_Job(row, page_window(conn, row)))
@@ -253,10 +254,10 @@ class Step:
             return None, err
 
     def _answered(self, row, context: str | None, error: Exception | None,
-                  bm25_text) -> fulltext.ContextUpdate | None:
+                  bm25_text) -> contexts.ContextUpdate | None:
         if context is not None:
             self.done += 1
-            return self._update(row, context, "done", None, 0, bm25_text, reembed=True)
+            return self._update(row, context, contexts.DONE, None, 0, bm25_text, reembed=True)
         if isinstance(error, embedders.EmbedderAuthError):
             self._stop(str(error))
             return None  # not the chunk's fault: it is tried again once the key is set
@@ -264,18 +265,18 @@ class Step:
         if isinstance(error, embedders.EmbedderUnreachable):
             self._stop(str(error))
         message = f"{type(error).__name__}: {error}"[:ERROR_CHARS]
-        return fulltext.ContextUpdate(row["id"], row["llm_context"], "failed", *self.signature,
-                                      row["llm_attempts"] + 1, message)
+        return contexts.ContextUpdate(row["id"], row["llm_context"], contexts.FAILED,
+                                      *self.signature, row["llm_attempts"] + 1, message)
 
     def _update(self, row, context: str, state: str | None, error: str | None, attempts: int,
                 bm25_text, reembed: bool = False,
-                keep_signature: bool = False) -> fulltext.ContextUpdate:
+                keep_signature: bool = False) -> contexts.ContextUpdate:
         """The update that sets `context` and rebuilds the chunk's BM25 tokens with it."""
         extra = "\n".join(part for part in (row["context"], context) if part)
         tokens = " ".join(self.tokenize(bm25_text(row["source"], extra, row["text"])))
         model, prompt = ((row["llm_model"], row["llm_prompt"]) if keep_signature
                          else self.signature or (None, None))
-        return fulltext.ContextUpdate(row["id"], context, state, model if state else None,
+        return contexts.ContextUpdate(row["id"], context, state, model if state else None,
                                       prompt if state else None, attempts, error, tokens,
                                       reembed)
 
@@ -289,7 +290,7 @@ class Step:
         the run's summary, or None."""
         if self.llm is None:
             return None
-        fulltext.set_meta(conn, fulltext.CONTEXT_STOP_KEY, self.stopped or "")
+        fulltext.set_meta(conn, contexts.CONTEXT_STOP_KEY, self.stopped or "")
         if not self.stopped:
             return None
         return (f"contextualizing stopped: {self.stopped}; the chunks are indexed without a "

@@ -17,8 +17,11 @@ replaced in one transaction, chunks start `pending`, Chroma ids that disappear a
 to `chroma_tombstones` in that same transaction so a crash can never leak them.
 
 The schema, its numbered migrations and `connect` (writable and migrated for the indexer,
-read-only for the server, which never migrates) live in fulltext_schema.py; this module is
-what is written and read through a connection.
+read-only for the server, which never migrates) live in index/fulltext_schema.py, and three
+jobs on the same file in their own modules: exact substring search (index/exact.py), the
+states of sources and chunks with the embedding bookkeeping (index/states.py), and the
+contextualizer's contexts (index/contexts.py). This module writes and removes sources whole
+and reads chunks, BM25, line ranges, source names and counts.
 
 Layer: storage: the SQLite record (lines, chunks, states), below the pipeline and search.
 """
@@ -26,11 +29,11 @@ Layer: storage: the SQLite record (lines, chunks, states), below the pipeline an
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from index import doc_language
+from index import contexts, doc_language, fulltext_schema, query_sql, states
 from index.fulltext_schema import FILENAME as FILENAME
 from index.fulltext_schema import SCHEMA_VERSION as SCHEMA_VERSION
 from index.fulltext_schema import IndexUnavailable as IndexUnavailable
@@ -103,17 +106,17 @@ def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
         embedded: set[str] = set()
         kept: dict[str, tuple] = {}
         if row is not None:
-            kept = _kept_contexts(conn, row["id"])
+            kept = contexts.kept_contexts(conn, row["id"])
             old = conn.execute("SELECT chunk_id, embed_state FROM chunks WHERE source_id = ?",
                                (row["id"],)).fetchall()
-            embedded = {r["chunk_id"] for r in old if r["embed_state"] == "indexed"}
+            embedded = {r["chunk_id"] for r in old if r["embed_state"] == states.EMBED_INDEXED}
             new_ids = {c.chunk_id for c in chunks}
             conn.executemany("INSERT OR IGNORE INTO chroma_tombstones VALUES (?)",
                              [(r["chunk_id"],) for r in old if r["chunk_id"] not in new_ids])
             conn.execute("DELETE FROM lines WHERE source_id = ?", (row["id"],))
             conn.execute("DELETE FROM chunks WHERE source_id = ?", (row["id"],))
-        source_id = _upsert_source(conn, src, parser=parser, state="pending", error=None,
-                                   pages=len(pages))
+        source_id = _upsert_source(conn, src, parser=parser, state=states.SOURCE_PENDING,
+                                   error=None, pages=len(pages))
         conn.execute("UPDATE sources SET warnings = ? WHERE id = ?",
                      ("\n".join(warnings) or None, source_id))
         _record_languages(conn, source_id, pages)
@@ -126,9 +129,10 @@ def replace_source(conn: sqlite3.Connection, src: SourceFile, parser: str,
             "INSERT INTO chunks (chunk_id, source_id, page, line_start, line_end, text, tokens,"
             " context, embed_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((c.chunk_id, source_id, c.page, c.line_start, c.line_end, c.text, c.tokens,
-              c.context, "indexed" if c.chunk_id in embedded else "pending") for c in chunks),
+              c.context, states.EMBED_INDEXED if c.chunk_id in embedded else states.EMBED_PENDING)
+             for c in chunks),
         )
-        _restore_contexts(conn, source_id, kept)
+        contexts.restore_contexts(conn, source_id, kept)
         conn.execute("DELETE FROM chroma_tombstones WHERE chunk_id IN "
                      "(SELECT chunk_id FROM chunks WHERE source_id = ?)", (source_id,))
         _flush_bm25(conn)
@@ -140,7 +144,7 @@ def _record_languages(conn: sqlite3.Connection, source_id: int,
     """The natural languages of the source's text, for the `language` filter. Skipped on an
     index older than schema 10, which only code made to write that schema writes to (the
     tests that build old indexes)."""
-    if "languages" in table_columns(conn, "sources"):
+    if "languages" in fulltext_schema.table_columns(conn, "sources"):
         conn.execute("UPDATE sources SET languages = ? WHERE id = ?",
                      (doc_language.detect(line for page in pages for line in page) or None,
                       source_id))
@@ -154,13 +158,13 @@ def record_failure(conn: sqlite3.Connection, src: SourceFile, reason: str, detai
     `needs_action` when the user can fix it (a password, a missing OCR engine, a size limit).
     """
     error = f"{reason}: {detail}"
-    state = "needs_action" if reason in NEEDS_ACTION else "failed"
+    state = states.SOURCE_NEEDS_ACTION if reason in NEEDS_ACTION else states.SOURCE_FAILED
     with conn:
         row = source_row(conn, src.name)
         if row is not None and row["pages"] > 0:
             conn.execute("UPDATE sources SET state = 'degraded', error = ? WHERE id = ?",
                          (f"{error} (still serving the previous version)", row["id"]))
-            return "degraded"
+            return states.SOURCE_DEGRADED
         _upsert_source(conn, src, parser=None, state=state, error=error, pages=0)
     return state
 
@@ -237,44 +241,12 @@ def attachment_names(conn: sqlite3.Connection, name: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------
-# embedding state: what Chroma still has to receive or forget
-
-# what a chunk is embedded and BM25-indexed with besides its text: the sheet's header row
-# and the contextualizer's context (hits and read_range show neither)
-INDEXED_CONTEXT = ("CASE WHEN c.llm_context = '' THEN c.context WHEN c.context = ''"
-                   " THEN c.llm_context ELSE c.context || char(10) || c.llm_context END")
-
-
-def pending_chunks(conn: sqlite3.Connection, limit: int) -> list[sqlite3.Row]:
-    return conn.execute(
-        f"SELECT c.chunk_id, c.text, {INDEXED_CONTEXT} AS context, c.page, c.line_start,"
-        " c.line_end, s.name AS source "
-        "FROM chunks c JOIN sources s ON s.id = c.source_id "
-        "WHERE c.embed_state = 'pending' ORDER BY c.id LIMIT ?", (limit,)).fetchall()
-
-
-def count_pending(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT count(*) FROM chunks WHERE embed_state = 'pending'").fetchone()[0]
-
-
-def set_embed_state(conn: sqlite3.Connection, chunk_ids: Iterable[str], state: str,
-                    error: str | None = None) -> None:
-    with conn:
-        conn.executemany("UPDATE chunks SET embed_state = ?, embed_error = ? WHERE chunk_id = ?",
-                         ((state, error, cid) for cid in chunk_ids))
-
-
-def set_all_pending(conn: sqlite3.Connection) -> None:
-    with conn:
-        conn.execute("UPDATE chunks SET embed_state = 'pending', embed_error = NULL")
-        conn.execute("UPDATE sources SET state = 'pending' WHERE state IN ('ready', 'degraded')"
-                     " AND pages > 0")
-
+# BM25 tokens: read and replaced whole when the segmenter changes (ingest.py)
 
 def searchable_chunks(conn: sqlite3.Connection, after: int, limit: int) -> list[sqlite3.Row]:
     """(id, source, context, text) of up to `limit` chunks with rowid > after, by rowid."""
-    return conn.execute(f"SELECT c.id, s.name AS source, {INDEXED_CONTEXT} AS context, c.text"
-                        " FROM chunks c"
+    return conn.execute("SELECT c.id, s.name AS source,"
+                        f" {contexts.INDEXED_CONTEXT} AS context, c.text FROM chunks c"
                         " JOIN sources s ON s.id = c.source_id WHERE c.id > ?"
                         " ORDER BY c.id LIMIT ?", (after, limit)).fetchall()
 
@@ -289,180 +261,8 @@ def replace_tokens(conn: sqlite3.Connection, tokens: dict[int, str]) -> None:
         _flush_bm25(conn)
 
 
-def set_pending_indexed(conn: sqlite3.Connection) -> None:
-    with conn:
-        conn.execute("UPDATE chunks SET embed_state = 'indexed' WHERE embed_state = 'pending'")
-
-
-def indexed_chunk_ids(conn: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT chunk_id FROM chunks WHERE embed_state = 'indexed'")}
-
-
-def all_chunk_ids(conn: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT chunk_id FROM chunks")}
-
-
-def tombstones(conn: sqlite3.Connection) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT chunk_id FROM chroma_tombstones")]
-
-
-def clear_tombstones(conn: sqlite3.Connection, chunk_ids: Iterable[str]) -> None:
-    with conn:
-        conn.executemany("DELETE FROM chroma_tombstones WHERE chunk_id = ?",
-                         ((cid,) for cid in chunk_ids))
-
-
-def promote_sources(conn: sqlite3.Connection) -> None:
-    """Sources with no chunk left pending become `ready`, or `degraded` if some chunks failed."""
-    with conn:
-        conn.execute(
-            """UPDATE sources SET
-                 state = CASE WHEN EXISTS (SELECT 1 FROM chunks c WHERE c.source_id = sources.id
-                                           AND c.embed_state = 'failed')
-                              THEN 'degraded' ELSE 'ready' END,
-                 error = CASE WHEN EXISTS (SELECT 1 FROM chunks c WHERE c.source_id = sources.id
-                                           AND c.embed_state = 'failed')
-                              THEN 'some chunks could not be embedded; they are still found by '
-                                   || 'bm25 and exact search' ELSE NULL END
-               WHERE state = 'pending' AND NOT EXISTS (
-                 SELECT 1 FROM chunks c WHERE c.source_id = sources.id
-                 AND c.embed_state = 'pending')""")
-
-
 # ---------------------------------------------------------------------------
-# contextualizer contexts (contextualize.py): llm_state is NULL until tried, then `done`,
-# `failed` (retried on later runs up to MAX_CONTEXT_ATTEMPTS), or `carried`: kept from the
-# same text of the source's previous version, its BM25 tokens not yet rebuilt
-
-MAX_CONTEXT_ATTEMPTS = 3  # runs that try a chunk's context before it is given up
-CONTEXT_STOP_KEY = "contextualizer_stop"  # meta key: why the last run stopped contextualizing
-LLM_COLUMNS = ("llm_context", "llm_state", "llm_model", "llm_prompt", "llm_attempts",
-               "llm_error")
-
-
-@dataclass(frozen=True)
-class ContextUpdate:
-    """A chunk's new context fields; `tokens` (its full BM25 tokens) when they change, and
-    `reembed` when its vector must be made again from the new context."""
-
-    rowid: int
-    context: str
-    state: str
-    model: str | None
-    prompt: str | None
-    attempts: int
-    error: str | None = None
-    tokens: str | None = None
-    reembed: bool = False
-
-
-def _kept_contexts(conn: sqlite3.Connection, source_id: int) -> dict[str, tuple]:
-    """text -> context fields of a source's chunks that have been tried, before the source is
-    replaced: a chunk whose text comes back keeps its context (no second LLM call)."""
-    rows = conn.execute(f"SELECT text, {', '.join(LLM_COLUMNS)} FROM chunks"
-                        " WHERE source_id = ? AND llm_state IS NOT NULL", (source_id,))
-    return {row[0]: tuple(row[1:]) for row in rows}
-
-
-def _restore_contexts(conn: sqlite3.Connection, source_id: int, kept: dict[str, tuple]) -> None:
-    """Give the new chunks with a kept text their old context; a context that was in the BM25
-    tokens becomes `carried` until the indexer rebuilds those tokens (it owns the segmenter)."""
-    if not kept:
-        return
-    rows = conn.execute("SELECT id, text FROM chunks WHERE source_id = ?", (source_id,))
-    updates = []
-    for rowid, text in rows.fetchall():
-        if text in kept:
-            context, state, *rest = kept[text]
-            state = "carried" if context and state in ("done", "carried") else state
-            updates.append((context, state, *rest, rowid))
-    conn.executemany(f"UPDATE chunks SET {' = ?, '.join(LLM_COLUMNS)} = ? WHERE id = ?",
-                     updates)
-
-
-def chunks_to_contextualize(conn: sqlite3.Connection, after: int, limit: int,
-                            signature: tuple[str, str] | None, redo: bool,
-                            retry: bool) -> list[sqlite3.Row]:
-    """Up to `limit` chunks past rowid `after` that need a context, by rowid: `carried` ones
-    always; with a contextualizer (`signature` = (model, prompt hash)) the never tried ones,
-    failed ones with tries left when `retry`, and with `redo` every one whose context is not
-    done by this signature; with none and `redo`, every one that holds a context (to clear)."""
-    wanted = ["c.llm_state = 'carried'"]
-    params: list = []
-    if signature is not None:
-        wanted.append("c.llm_state IS NULL")
-        if retry:
-            wanted.append("(c.llm_state = 'failed' AND c.llm_attempts < ?)")
-            params.append(MAX_CONTEXT_ATTEMPTS)
-        if redo:
-            wanted.append("NOT (c.llm_state IS 'done' AND c.llm_model IS ? AND c.llm_prompt IS ?)")
-            params += list(signature)
-    elif redo:
-        wanted.append("c.llm_context != '' OR c.llm_state IS NOT NULL")
-    return conn.execute(
-        "SELECT c.id, c.chunk_id, s.name AS source, c.page, c.line_start, c.line_end, c.text,"
-        f" c.context, {', '.join('c.' + col for col in LLM_COLUMNS)}"
-        " FROM chunks c JOIN sources s ON s.id = c.source_id"
-        f" WHERE c.id > ? AND ({' OR '.join(wanted)}) ORDER BY c.id LIMIT ?",
-        [after, *params, limit]).fetchall()
-
-
-def save_contexts(conn: sqlite3.Connection, updates: Sequence[ContextUpdate]) -> None:
-    """Write contexts, their BM25 tokens and the embedding state in one transaction, so a
-    crash leaves each chunk either as it was or with a context it will be embedded with. The
-    FTS5 external-content index gets the old tokens' 'delete' before the new ones go in."""
-    with conn:
-        for u in updates:
-            conn.execute("UPDATE chunks SET llm_context = ?, llm_state = ?, llm_model = ?,"
-                         " llm_prompt = ?, llm_attempts = ?, llm_error = ? WHERE id = ?",
-                         (u.context, u.state, u.model, u.prompt, u.attempts, u.error, u.rowid))
-            if u.tokens is not None:
-                conn.execute("INSERT INTO chunks_fts(chunks_fts, rowid, tokens)"
-                             " SELECT 'delete', id, tokens FROM chunks WHERE id = ?", (u.rowid,))
-                conn.execute("UPDATE chunks SET tokens = ? WHERE id = ?", (u.tokens, u.rowid))
-                conn.execute("INSERT INTO chunks_fts(rowid, tokens) VALUES (?, ?)",
-                             (u.rowid, u.tokens))
-            if u.reembed:
-                conn.execute("UPDATE chunks SET embed_state = 'pending', embed_error = NULL"
-                             " WHERE id = ?", (u.rowid,))
-                conn.execute("UPDATE sources SET state = 'pending' WHERE state IN"
-                             " ('ready', 'degraded') AND id = (SELECT source_id FROM chunks"
-                             " WHERE id = ?)", (u.rowid,))
-        _flush_bm25(conn)
-
-
-def contextualization_state(conn: sqlite3.Connection,
-                            signature: tuple[str, str] | None) -> dict:
-    """How far the KB's contexts are from its contextualizer (`signature` = (model, prompt
-    hash), None when none is configured): chunks contextualized by it, stale (by another
-    model or prompt, or left from an earlier contextualizer), pending (not yet tried, or
-    failed with tries left), failed (given up), and why the last run stopped, if it did."""
-    if "llm_state" not in table_columns(conn, "chunks"):  # an older index, served read-only
-        return {"contextualized": 0, "stale": 0, "pending": 0, "failed": 0, "stopped": None}
-    model, prompt = signature or (None, None)
-    row = conn.execute(
-        "SELECT coalesce(sum(llm_state IN ('done', 'carried') AND llm_model IS ?"
-        "  AND llm_prompt IS ?), 0),"
-        " coalesce(sum(llm_state IN ('done', 'carried') AND NOT (llm_model IS ?"
-        "  AND llm_prompt IS ?)), 0),"
-        " coalesce(sum(llm_state IS NULL OR (llm_state = 'failed' AND llm_attempts < ?)), 0),"
-        " coalesce(sum(llm_state = 'failed' AND llm_attempts >= ?), 0) FROM chunks",
-        (model, prompt, model, prompt, MAX_CONTEXT_ATTEMPTS, MAX_CONTEXT_ATTEMPTS)).fetchone()
-    done, stale, pending, failed = row
-    if signature is None:  # nothing to do for chunks never contextualized
-        done, pending, failed = 0, 0, 0
-    return {"contextualized": done, "stale": stale, "pending": pending, "failed": failed,
-            "stopped": get_meta(conn, CONTEXT_STOP_KEY) or None}
-
-
-# ---------------------------------------------------------------------------
-# reading: BM25, exact substrings, line ranges
-
-def quote_fts(tokens: Iterable[str]) -> str:
-    """An FTS5 query that ORs the tokens, each double-quoted so no token is read as syntax."""
-    unique = dict.fromkeys(t.replace('"', '""') for t in tokens if t)
-    return " OR ".join(f'"{t}"' for t in unique)
-
+# reading: chunks, BM25, line ranges, source names, counts
 
 CHUNK_COLUMNS = ("c.id, c.chunk_id, s.name AS source, c.page, c.line_start, c.line_end, c.text,"
                  " c.embed_state")
@@ -485,18 +285,10 @@ SEGMENTER_SCRIPTS = {"\uac00": ("\uac00", "\ud7a4"), "\u4e2d": ("\u3400", "\ua00
 def script_samples(conn: sqlite3.Connection) -> str:
     """A word of each script this index has tokens in (a range read on chunks_fts's terms),
     so a warm-up search loads exactly the segmenters its queries will need."""
-    vocab = _vocabulary(conn, "chunks")
+    vocab = query_sql.vocabulary(conn, "chunks")
     return " ".join(word for word, (low, high) in SEGMENTER_SCRIPTS.items()
                     if conn.execute(f"SELECT 1 FROM {vocab} WHERE term >= ? AND"
                                     " term < ? LIMIT 1", (low, high)).fetchone())
-
-
-def _vocabulary(conn: sqlite3.Connection, table: str) -> str:
-    """temp.<table>_vocab, the terms of <table>_fts with their row counts, made on first use
-    (temp: fine on a read-only connection); returns its name."""
-    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_vocab"
-                 f" USING fts5vocab(main, '{table}_fts', 'row')")
-    return f"temp.{table}_vocab"
 
 
 def chunks_by_id(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, sqlite3.Row]:
@@ -547,10 +339,10 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
     from index import bm25
     tokens = list(dict.fromkeys(t for t in query_tokens if t))
     if not tokens:
-        return quote_fts(tokens)
+        return query_sql.quote_fts(tokens)
 
     def counts(terms: list[str]) -> tuple[dict[str, int], dict[str, int]]:
-        _vocabulary(conn, "chunks")
+        query_sql.vocabulary(conn, "chunks")
         docs = dict.fromkeys(terms, 0)
         for start in range(0, len(terms), 500):  # SQLite's bound-parameter limit
             part = terms[start:start + 500]
@@ -559,21 +351,11 @@ def bm25_match(conn: sqlite3.Connection, query_tokens: Sequence[str]) -> str:
         return docs, docs  # exact: nothing to settle
 
     kept = set(bm25.choose_terms(tokens, fts_totals(conn)[0], counts))
-    return quote_fts([t for t in tokens if t in kept])
-
-
-Sources = str | Sequence[str] | None  # one source's name, several names, or every source
-
-
-def source_filter(source: str | Sequence[str]) -> tuple[str, list[str]]:
-    """The SQL test on `s.name` for a source or several, and its parameters."""
-    if isinstance(source, str):
-        return "s.name = ?", [source]
-    return f"s.name IN ({','.join('?' * len(source))})", list(source)
+    return query_sql.quote_fts([t for t in tokens if t in kept])
 
 
 def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
-             source: Sources = None):
+             source: query_sql.Sources = None):
     """BM25 (k1=1.2, b=0.75; positive, higher is better) of every matching chunk: a
     `bm25.Scores` mapping rowid -> score, read once for both the ranked leg and the scores of
     the vector leg's chunks. bm25.py scores from its arrays; while it cannot (chunks still
@@ -583,7 +365,7 @@ def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
     if source is not None:
         import numpy as np
 
-        test, names = source_filter(source)
+        test, names = query_sql.source_filter(source)
         allowed = np.array([r[0] for r in conn.execute(
             f"SELECT c.id FROM chunks c JOIN sources s ON s.id = c.source_id WHERE {test}",
             names)], np.int64)
@@ -596,7 +378,7 @@ def bm25_all(conn: sqlite3.Connection, query_tokens: Sequence[str],
     sql = "SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
     params = [match]
     if source is not None:
-        test, names = source_filter(source)
+        test, names = query_sql.source_filter(source)
         sql += (" AND rowid IN (SELECT c.id FROM chunks c JOIN sources s"
                 f" ON s.id = c.source_id WHERE {test})")
         params += names
@@ -607,7 +389,7 @@ def embedded_chunk_ids(conn: sqlite3.Connection, source: str | Sequence[str],
                        limit: int) -> list[str]:
     """The ids of these sources' chunks that have a vector (embed_state 'indexed'), at most
     `limit` + 1 of them (one more says there are more)."""
-    test, names = source_filter(source)
+    test, names = query_sql.source_filter(source)
     return [r[0] for r in conn.execute(
         f"SELECT c.chunk_id FROM chunks c JOIN sources s ON s.id = c.source_id WHERE {test}"
         " AND c.embed_state = 'indexed' LIMIT ?", [*names, limit + 1])]
@@ -621,115 +403,9 @@ def top_chunks(conn: sqlite3.Connection, scores, limit: int) -> list[tuple[sqlit
 
 
 def bm25_search(conn: sqlite3.Connection, query_tokens: Sequence[str], limit: int,
-                source: Sources = None) -> list[tuple[sqlite3.Row, float]]:
+                source: query_sql.Sources = None) -> list[tuple[sqlite3.Row, float]]:
     """Chunks ranked by BM25 (FTS5's formula, scored by bm25.py), best first."""
     return top_chunks(conn, bm25_all(conn, query_tokens, source), limit)
-
-
-EXACT_PREFIX_TERMS = 256  # trigrams a 1-2 character needle may start before a scan is cheaper
-
-
-EXACT_SCAN_FIRST = 4000  # lines a 1-2 character needle is first looked for in (~6 ms)
-_INDEXED = (" FROM lines_fts f JOIN lines l ON l.id = f.rowid JOIN sources s"
-            " ON s.id = l.source_id WHERE lines_fts MATCH ?")
-
-
-def exact_search(conn: sqlite3.Connection, needle: str, limit: int,
-                 source: Sources = None, width: int = 2000,
-                 case_sensitive: bool = False) -> list[dict]:
-    """Raw lines containing `needle`, up to `limit` of them, in document order, each cut to
-    its first `width` characters (`length` holds the whole line's). The first `limit` lines in
-    storage order are the ones returned, whichever way they are found: sorting every match by
-    name first made a common needle read every line (2.5 s at 100,000 chunks, against 0.03 s
-    when the search may stop at `limit`).
-
-    Case-insensitive unless `case_sensitive` (an identifier: getURL, not getUrl). The trigram
-    index is case-folded either way: it finds the candidate lines, the line check decides.
-
-    A 1-2 character needle is first looked for in the first EXACT_SCAN_FIRST lines: a common
-    one is found there at once, where asking the index which trigrams start with it reads
-    their whole doclists ("e": 0.3 s at a million chunks, 0.5 ms this way)."""
-    folded = needle.lower()
-    holds = (lambda text: needle in text) if case_sensitive else (
-        lambda text: folded in text.lower())
-    scanned = _scanned(needle, case_sensitive)
-    rows = []
-    if len(needle) < 3:
-        first = (" FROM lines l" + scanned + " AND l.id <= coalesce((SELECT id FROM lines"
-                 " ORDER BY id LIMIT 1 OFFSET ?), 1 << 62)")
-        rows = _lines_holding(conn, first, [needle, EXACT_SCAN_FIRST], holds, limit, width,
-                              source)
-    if len(rows) < limit:
-        match = _trigram_match(folded) if len(needle) >= 3 else _short_match(conn, folded)
-        if match is not None and match != "":  # lines holding every trigram of it
-            rows = _lines_holding(conn, _INDEXED, [match], holds, limit, width, source)
-        elif match is None:  # common, or an index from before _m006: scan every line
-            rows = _lines_holding(conn, " FROM lines l" + scanned, [needle], holds, limit,
-                                  width, source)
-    return sorted(rows, key=lambda row: (row["source"], row["page"], row["line"]))
-
-
-def _scanned(needle: str, case_sensitive: bool) -> str:
-    """The condition of a scan of lines for `needle` (its one parameter): an instr() that lets
-    through every line the line check keeps, and few others. SQLite's lower() folds ASCII
-    only, so a needle with other letters is left to the line check when case does not count
-    (lower("É") is "É": the scan missed "école")."""
-    if case_sensitive:
-        test = "instr(l.text, ?) > 0"
-    elif needle.isascii():
-        test = "instr(lower(l.text), lower(?)) > 0"
-    else:
-        test = "? IS NOT NULL"
-    return " JOIN sources s ON s.id = l.source_id WHERE " + test
-
-
-def _lines_holding(conn: sqlite3.Connection, tables: str, params: list,
-                   holds: Callable[[str], bool], limit: int, width: int,
-                   source: Sources) -> list[dict]:
-    """The first `limit` lines the query finds for which `holds(line)` (the trigrams may sit
-    apart, instr() folds ASCII only and the index folds every case: the line decides)."""
-    sql = "SELECT s.name AS source, l.page, l.line, l.text" + tables
-    if source is not None:
-        test, names = source_filter(source)
-        sql += f" AND {test}"
-        params = [*params, *names]
-    rows = []
-    for row in conn.execute(sql, params):
-        text = row["text"]
-        if holds(text):
-            rows.append({"source": row["source"], "page": row["page"], "line": row["line"],
-                         "text": text[:width], "length": len(text)})
-            if len(rows) == limit:
-                break
-    return rows
-
-
-EXACT_TRIGRAMS = 32  # trigrams of a needle the index is asked for; the line check decides
-
-
-def _trigram_match(folded: str) -> str:
-    """An FTS5 query for the lines holding trigrams of a 3+ character string, at most
-    EXACT_TRIGRAMS of them spread over it: the line check decides, so more only cost time
-    (a pasted 4,000-character needle: 1.2 s with all of them). A phrase would need the
-    positions lines_fts no longer keeps (_m007)."""
-    grams = list(dict.fromkeys(folded[i:i + 3] for i in range(len(folded) - 2)))
-    if len(grams) > EXACT_TRIGRAMS:
-        grams = [grams[i * len(grams) // EXACT_TRIGRAMS] for i in range(EXACT_TRIGRAMS)]
-    return " AND ".join('"' + gram.replace('"', '""') + '"' for gram in grams)
-
-
-def _short_match(conn: sqlite3.Connection, folded: str) -> str | None:
-    """An FTS5 query for the lines holding a 1- or 2-character needle: the indexed trigrams
-    that start with it, which are all of them since every line ends in LINE_END. "" when
-    there are none; None when the needle starts more than EXACT_PREFIX_TERMS (it is common,
-    so a scan finds its lines at once) or the index predates LINE_END."""
-    if "grams" not in table_columns(conn, "lines"):
-        return None
-    vocab = _vocabulary(conn, "lines")
-    terms = [row[0] for row in conn.execute(
-        f"SELECT term FROM {vocab} WHERE term >= ? AND term < ? LIMIT ?",
-        (folded, folded + "\U0010ffff", EXACT_PREFIX_TERMS + 1))]
-    return None if len(terms) > EXACT_PREFIX_TERMS else quote_fts(terms)
 
 
 def source_names_ending(conn: sqlite3.Connection, name: str, limit: int) -> list[str]:
@@ -821,7 +497,7 @@ def list_sources(conn: sqlite3.Connection, offset: int = 0, limit: int = -1,
         " GROUP BY s.id ORDER BY s.name LIMIT ? OFFSET ?", (limit, offset)).fetchall()
     sources = [{k: v for k, v in dict(row).items() if k != "id"} for row in rows]
     for source in sources:
-        source["state"] = STATE_LABELS.get(source["state"], source["state"])
+        source["state"] = states.STATE_LABELS.get(source["state"], source["state"])
     return sources
 
 
@@ -829,25 +505,16 @@ def problem_sources(conn: sqlite3.Connection, limit: int) -> list[dict]:
     """Up to `limit` sources that failed, need the user, are degraded or carry warnings:
     name, state, error and warnings (get_index_info's list of what to look at)."""
     has_warnings = (" OR s.warnings IS NOT NULL"
-                    if "warnings" in table_columns(conn, "sources") else "")
+                    if "warnings" in fulltext_schema.table_columns(conn, "sources") else "")
     where = f"WHERE s.state IN ('failed', 'needs_action', 'degraded'){has_warnings}"
     return [{k: source.get(k) for k in ("name", "state", "error", "warnings")}
             for source in list_sources(conn, 0, limit, where)]
 
 
-def table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
-    """Its columns, generated ones included (table_info leaves those out)."""
-    return {row[1] for row in conn.execute(f"PRAGMA table_xinfo({table})")}
-
-
-STATES = ("ready", "pending", "degraded", "failed", "needs_action")
-STATE_LABELS = {"pending": "pending_embedding"}  # how states read in tool results
-
-
 def state_counts(conn: sqlite3.Connection) -> dict[str, int]:
     """Sources per state, every state present (0 where none), named as tools show them."""
     found = dict(conn.execute("SELECT state, count(*) FROM sources GROUP BY state").fetchall())
-    return {STATE_LABELS.get(s, s): found.get(s, 0) for s in STATES}
+    return {states.STATE_LABELS.get(s, s): found.get(s, 0) for s in states.STATES}
 
 
 def embedded_count(conn: sqlite3.Connection) -> int:
@@ -867,3 +534,28 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
         " (SELECT count(*) FROM chunks WHERE embed_state = 'failed')").fetchone()
     keys = ("sources", "pages", "lines", "chunks", "embedded", "pending", "embed_failed")
     return dict(zip(keys, row, strict=True))
+
+
+def contextualization_state(conn: sqlite3.Connection,
+                            signature: tuple[str, str] | None) -> dict:
+    """How far the KB's contexts are from its contextualizer (`signature` = (model, prompt
+    hash), None when none is configured): chunks contextualized by it, stale (by another
+    model or prompt, or left from an earlier contextualizer), pending (not yet tried, or
+    failed with tries left), failed (given up), and why the last run stopped, if it did."""
+    if "llm_state" not in fulltext_schema.table_columns(conn, "chunks"):  # older, read-only
+        return {"contextualized": 0, "stale": 0, "pending": 0, "failed": 0, "stopped": None}
+    model, prompt = signature or (None, None)
+    row = conn.execute(
+        "SELECT coalesce(sum(llm_state IN ('done', 'carried') AND llm_model IS ?"
+        "  AND llm_prompt IS ?), 0),"
+        " coalesce(sum(llm_state IN ('done', 'carried') AND NOT (llm_model IS ?"
+        "  AND llm_prompt IS ?)), 0),"
+        " coalesce(sum(llm_state IS NULL OR (llm_state = 'failed' AND llm_attempts < ?)), 0),"
+        " coalesce(sum(llm_state = 'failed' AND llm_attempts >= ?), 0) FROM chunks",
+        (model, prompt, model, prompt, contexts.MAX_CONTEXT_ATTEMPTS,
+         contexts.MAX_CONTEXT_ATTEMPTS)).fetchone()
+    done, stale, pending, failed = row
+    if signature is None:  # nothing to do for chunks never contextualized
+        done, pending, failed = 0, 0, 0
+    return {"contextualized": done, "stale": stale, "pending": pending, "failed": failed,
+            "stopped": get_meta(conn, contexts.CONTEXT_STOP_KEY) or None}

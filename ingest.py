@@ -36,6 +36,7 @@ import fulltext
 import kb as kbmod
 from common import limits, paths, run_status, safeopen
 from common.pidlock import LockBusy, PidLock
+from index import states
 from sources import folders
 
 # ---------------------------------------------------------------------------
@@ -213,28 +214,28 @@ class Indexer:
 
     def reconcile(self) -> int:
         """Make Chroma match SQLite after whatever a crash left; returns chunks embedded."""
-        self._forget(fulltext.tombstones(self.conn))
+        self._forget(states.tombstones(self.conn))
         if self.store is None:
             return self.embed_pending()
         in_chroma = self.store.all_ids()
-        self._forget(sorted(in_chroma - fulltext.all_chunk_ids(self.conn)))
-        lost = fulltext.indexed_chunk_ids(self.conn) - in_chroma
-        fulltext.set_embed_state(self.conn, lost, "pending")
+        self._forget(sorted(in_chroma - states.all_chunk_ids(self.conn)))
+        lost = states.indexed_chunk_ids(self.conn) - in_chroma
+        states.set_embed_state(self.conn, lost, states.EMBED_PENDING)
         return self.embed_pending()
 
     def _forget(self, chunk_ids: list[str]) -> None:
         if chunk_ids and self.store is not None:
             self.store.delete(chunk_ids)
-        fulltext.clear_tombstones(self.conn, chunk_ids)
+        states.clear_tombstones(self.conn, chunk_ids)
 
     def embed_pending(self) -> int:
         """Embed every pending chunk, in batches that grow while the embedder is quick."""
         self.contexts.run(self.conn)  # contexts first: a chunk is embedded once, with its own
         if self.store is None:  # a BM25-only KB: nothing to embed, chunks are complete
-            fulltext.set_pending_indexed(self.conn)
-            fulltext.promote_sources(self.conn)
+            states.set_pending_indexed(self.conn)
+            states.promote_sources(self.conn)
             return 0
-        total = fulltext.count_pending(self.conn)
+        total = states.count_pending(self.conn)
         done = seen = 0
         with _progress(None, total, "embedding", self.progress and total > 0) as bar:
 
@@ -246,14 +247,14 @@ class Indexer:
                     self.report(seen, total, "embedding chunks")
 
             size = EMBED_BATCH  # doubles while batches are quick: a crash loses little work
-            while rows := fulltext.pending_chunks(self.conn, size):
+            while rows := states.pending_chunks(self.conn, size):
                 started = time.monotonic()
                 done += self._embed_batch(rows, step)
                 _pause_point("mid-embedding")
                 quick = time.monotonic() - started < UPSERT_SECONDS
                 size = min(UPSERT_BATCH, size * 2) if quick else max(EMBED_BATCH, size // 2)
-        fulltext.promote_sources(self.conn)
-        self._forget(fulltext.tombstones(self.conn))
+        states.promote_sources(self.conn)
+        self._forget(states.tombstones(self.conn))
         return done
 
     def _embed_batch(self, rows: list, step: Callable[[int], None] | None = None) -> int:
@@ -281,7 +282,7 @@ class Indexer:
                 step(len(part))
         indexed = self._isolating(embedded, upsert) if embedded else []
         _pause_point("mid-upsert")
-        fulltext.set_embed_state(self.conn, [r["chunk_id"] for r in indexed], "indexed")
+        states.set_embed_state(self.conn, [r["chunk_id"] for r in indexed], states.EMBED_INDEXED)
         return len(indexed)
 
     def _isolating(self, rows: list, attempt: Callable[[list], None],
@@ -298,8 +299,8 @@ class Indexer:
             if len(rows) == 1 or not probed:
                 self._check_backend(err)
             if len(rows) == 1:
-                fulltext.set_embed_state(self.conn, [rows[0]["chunk_id"]], "failed",
-                                         f"{type(err).__name__}: {err}"[:300])
+                states.set_embed_state(self.conn, [rows[0]["chunk_id"]], states.EMBED_FAILED,
+                                       f"{type(err).__name__}: {err}"[:300])
                 return []
         half = len(rows) // 2
         return (self._isolating(rows[:half], attempt, probed=True)
@@ -540,7 +541,7 @@ class Indexer:
         """Forget every vector (a new embedder, or a forced re-embed): all chunks to pending."""
         if self.store is not None:
             self.store.reset()
-        fulltext.set_all_pending(self.conn)
+        states.set_all_pending(self.conn)
 
 
 def _attachment_name(mail: fulltext.SourceFile, item) -> str:

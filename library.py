@@ -30,6 +30,7 @@ from common import limits, run_status
 from common.limits import UserError, check_text, shown
 from common.pidlock import LockBusy, PidLock
 from formats.languages import parser_language
+from index import states
 from kb import config_stamp
 from ranking import filters
 from ranking.filters import Filters
@@ -816,7 +817,7 @@ def vector_problem(entry: OpenKB) -> str | None:
         return None
     # chunks not pending (embedded or failed): from FTS5's totals and the pending index, so
     # the usual case needs no scan of a million chunk rows
-    settled = fulltext.fts_totals(entry.conn)[0] - fulltext.count_pending(entry.conn)
+    settled = fulltext.fts_totals(entry.conn)[0] - states.count_pending(entry.conn)
     if settled <= 0:
         return None
     try:

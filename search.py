@@ -33,6 +33,7 @@ from typing import Literal
 
 import fulltext
 from common import limits
+from index import exact, query_sql, states
 from ranking import definitions, neighbours, titles
 from ranking.fusion import DEFAULT_FUSION, RRF_K, Candidate, Fusion, fuse
 from ranking.hits import Hit, merge_into, with_text
@@ -122,7 +123,7 @@ class Searcher:
         self.tokenize = tokenize
 
     def search(self, query: str, top_k: int = 10, mode: Mode = "auto",
-               source: fulltext.Sources = None,
+               source: query_sql.Sources = None,
                fusion: Fusion = DEFAULT_FUSION, vector_weight: float | None = None,
                embedding: list[float] | None = None,
                title_weight: float = titles.TITLE_WEIGHT, diversity: float = 0.0,
@@ -166,7 +167,7 @@ class Searcher:
         chosen = self._mmr(hits, top_k, diversity) if diversity > 0 else _diversify(hits)
         return with_text(self.conn, chosen[:top_k], "\n".join(queries), self.tokenize)
 
-    def _ranked(self, query: str, mode: Mode, source: fulltext.Sources, fusion: Fusion,
+    def _ranked(self, query: str, mode: Mode, source: query_sql.Sources, fusion: Fusion,
                 vector_weight: float | None, embedding: list[float] | None,
                 title_weight: float, neighbour_weight: float
                 ) -> list[tuple[Candidate, float]]:
@@ -220,7 +221,7 @@ class Searcher:
         return sorted(((c, scores[c.row["chunk_id"]]) for c, _ in ranked), key=lambda p: -p[1])
 
     def _definitions_lifted(self, query: str, ranked: list[tuple[Candidate, float]],
-                            source: fulltext.Sources) -> list[tuple[Candidate, float]]:
+                            source: query_sql.Sources) -> list[tuple[Candidate, float]]:
         """When the query is one name (definitions.name_of) and code answers it, the code
         chunks that define it first, surest first (definitions.chunk_rank), each at least the
         best score, the ones the legs missed among them (_defining_chunks); every other
@@ -259,14 +260,14 @@ class Searcher:
             f" WHERE c.chunk_id IN ({marks}) AND s.parser LIKE 'code:%'", chunk_ids))
 
     def _defining_chunks(self, name: definitions.Name,
-                         source: fulltext.Sources) -> list[tuple[Candidate, str]]:
+                         source: query_sql.Sources) -> list[tuple[Candidate, str]]:
         """The chunks (and contexts) of code sources with a line that defines the name as
         written, among the first DEFINER_LINES lines holding it, at most MAX_DEFINERS: a
         definition neither leg ranked among its CANDIDATES (a class named `Text` in a library
         about text) still comes first."""
-        lines = [row for row in fulltext.exact_search(self.conn, name.parts[-1], DEFINER_LINES,
-                                                      source, width=DEFINER_WIDTH,
-                                                      case_sensitive=True)
+        lines = [row for row in exact.exact_search(self.conn, name.parts[-1], DEFINER_LINES,
+                                                   source, width=DEFINER_WIDTH,
+                                                   case_sensitive=True)
                  if definitions.line_tier(name, row["text"]) == 0][:MAX_DEFINERS]
         found: dict[str, tuple[Candidate, str]] = {}
         for line in lines:
@@ -351,7 +352,7 @@ class Searcher:
             if cand.bm25_rank is None:
                 cand.bm25 = bm25.get(cand.row["id"], 0.0)
 
-    def _nearest(self, query: str, source: fulltext.Sources,
+    def _nearest(self, query: str, source: query_sql.Sources,
                  embedding: list[float] | None) -> Future:
         """The query's embedding (unless given) and its nearest chunks, worked out in a thread
         while the BM25 leg runs: on a first search, loading the vector index then overlaps
@@ -380,23 +381,23 @@ class Searcher:
         rank = 0
         for chunk_id, similarity in found:
             row = rows.get(chunk_id)
-            if row is None or row["embed_state"] != "indexed":
+            if row is None or row["embed_state"] != states.EMBED_INDEXED:
                 continue  # Chroma lags or leads SQLite; SQLite decides
             rank += 1
             cand = out.setdefault(chunk_id, Candidate(row))
             cand.cosine, cand.vector_rank = similarity, rank
         return embedding
 
-    def _exact(self, queries: list[str], top_k: int, source: fulltext.Sources,
+    def _exact(self, queries: list[str], top_k: int, source: query_sql.Sources,
                case_sensitive: bool = False) -> list[Hit]:
         """Lines holding any of the queries as written, in document order except that a
         line of source code defining one comes first; consecutive matching lines of a page
         become one hit."""
         hits: list[Hit] = []
         found = {(r["source"], r["page"], r["line"]): r for query in queries
-                 for r in fulltext.exact_search(self.conn, query, EXACT_LINES, source,
-                                                width=limits.MAX_LINE_CHARS,
-                                                case_sensitive=case_sensitive)}
+                 for r in exact.exact_search(self.conn, query, EXACT_LINES, source,
+                                             width=limits.MAX_LINE_CHARS,
+                                             case_sensitive=case_sensitive)}
         rows = self._definitions_first([found[key] for key in sorted(found)], queries)
         for rank, row in enumerate(rows, 1):
             line_cut = row["length"] > len(row["text"])

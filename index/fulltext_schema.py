@@ -4,6 +4,7 @@
 `BEGIN IMMEDIATE ... COMMIT` (schema version in `PRAGMA user_version`); `connect(path,
 readonly=True)` is the server's: read-only, falling back to `immutable` only on a folder nobody
 can write (a busy index in a writable folder raises IndexUnavailable), never migrating.
+`table_columns` says which columns an index has (an older one, served read-only, has fewer).
 fulltext.py holds what is written and read through the connection.
 
 Layer: storage: the SQLite record's schema, below fulltext.py.
@@ -160,7 +161,7 @@ def _m006_line_ends(conn: sqlite3.Connection) -> None:
 def _m007_trigrams_without_positions(conn: sqlite3.Connection) -> None:
     """lines_fts without positions (detail=none): a third of the size (2.0 -> 0.6 KB a chunk,
     the largest index on disk); a string is found through all of its trigrams and checked
-    in the line itself (fulltext.exact_search), no slower than a phrase query."""
+    in the line itself (exact.exact_search), no slower than a phrase query."""
     _lines_fts(conn, ", detail='none'")
 
 
@@ -281,3 +282,8 @@ def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     else:
         _migrate(conn)
     return conn
+
+
+def table_columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """Its columns, generated ones included (table_info leaves those out)."""
+    return {row[1] for row in conn.execute(f"PRAGMA table_xinfo({table})")}

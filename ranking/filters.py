@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 
-import fulltext
 from common import limits
 from common.limits import UserError, shown
 from formats import reader_entry
 from formats.languages import parser_language
-from index import doc_language
+from index import doc_language, fulltext_schema
 
 # ---------------------------------------------------------------------------
 MAX_FILTER_SOURCES = 5000  # sources a filtered search may select (Chroma's $in: 50 ms at 5,000)
@@ -185,7 +184,7 @@ def select(conn: sqlite3.Connection, kb_id: str, filters: Filters,
     NoMatch (listing what exists) when none does."""
     cursor = conn.cursor()
     cursor.row_factory = None  # plain tuples: sqlite3.Row made this read 4 times slower
-    columns = fulltext.table_columns(conn, "sources")
+    columns = fulltext_schema.table_columns(conn, "sources")
     spoken = "languages" if "languages" in columns else "NULL"  # an older schema has none
     rows = cursor.execute(f"SELECT id, name, path, parser, mtime, {spoken} FROM sources"
                           " ORDER BY name").fetchall()

@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING
 
 import fulltext
 from common import limits, paths
+from index import states
 from sources import ignores
 
 if TYPE_CHECKING:
     import kb as kbmod
 
 # ---------------------------------------------------------------------------
-RETRY_STATES = ("failed", "needs_action")  # unreadable last time: try again on every run
+RETRY_STATES = (states.SOURCE_FAILED, states.SOURCE_NEEDS_ACTION)  # unreadable: tried every run
 HIDDEN_ATTRIBUTES = 0x2 | 0x4  # FILE_ATTRIBUTE_HIDDEN | FILE_ATTRIBUTE_SYSTEM (Windows)
 UNSUPPORTED_EXAMPLES = 3  # file names listed per unsupported extension (the count is whole)
 # ---------------------------------------------------------------------------

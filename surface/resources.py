@@ -24,6 +24,7 @@ import fulltext
 import kb as kbmod
 from common import limits
 from common.limits import UserError, shown
+from index import states
 from library import Library
 
 # ---------------------------------------------------------------------------
@@ -62,8 +63,8 @@ def outline(library: Library, kb_id: str, source: str) -> dict:
         code = (row["parser"] or "").startswith("code:")
         headings = [] if code else _headings(entry.conn, row["id"])
     result = {"kb_id": kb_id, "source": source, "uri": source_uri(kb_id, source),
-              "pages": row["pages"], "state": fulltext.STATE_LABELS.get(row["state"],
-                                                                        row["state"]),
+              "pages": row["pages"], "state": states.STATE_LABELS.get(row["state"],
+                                                                      row["state"]),
               "parser": row["parser"],
               "page_lines": [{"page": p, "lines": n, "uri": source_uri(kb_id, source, p)}
                              for p, n in counts],

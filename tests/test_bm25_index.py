@@ -11,7 +11,7 @@ from test_bm25 import load_beir
 import chunking
 import fulltext
 from common import limits
-from index import bm25, bm25_segments, fulltext_schema, segment
+from index import bm25, bm25_segments, exact, fulltext_schema, segment
 
 
 def add(conn, name: str, text: str) -> None:
@@ -189,13 +189,13 @@ def test_an_index_from_before_the_arrays_is_migrated_and_read_only_falls_back(
     old = fulltext.connect(path, readonly=True)  # a server never migrates
     assert bm25.scores(old, ["report"]) is None
     assert len(fulltext.bm25_all(old, ["report"])) == 2
-    assert [r["line"] for r in fulltext.exact_search(old, "ha", 5)] == [1]  # the instr() scan
+    assert [r["line"] for r in exact.exact_search(old, "ha", 5)] == [1]  # the instr() scan
     old.close()
     conn = fulltext.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == fulltext.SCHEMA_VERSION
     assert assert_same_as_fts5(conn, ["report", "harbour quarter"]) == 4
-    assert fulltext._short_match(conn, "ha") == '"har"'
-    assert [r["source"] for r in fulltext.exact_search(conn, "ha", 5)] == ["b.txt"]
+    assert exact._short_match(conn, "ha") == '"har"'
+    assert [r["source"] for r in exact.exact_search(conn, "ha", 5)] == ["b.txt"]
 
 
 def test_top_breaks_ties_by_rowid_and_source_limits_the_matches(tmp_path):

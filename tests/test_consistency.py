@@ -20,7 +20,7 @@ import kb as kbmod
 import queue_runner
 from common import run_status, safeopen
 from formats import pdf as pdf_reader
-from index import fulltext_schema
+from index import exact, fulltext_schema
 from sources import folders
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,7 +174,7 @@ def test_a_file_deleted_or_locked_while_hashing_fails_only_that_source(tmp_path,
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     states = {s["name"]: s["state"] for s in fulltext.list_sources(conn)}
     assert states["docs/a.txt"] == states["docs/z.txt"] == "ready"
-    assert len(fulltext.exact_search(conn, "quay", 10)) == 2
+    assert len(exact.exact_search(conn, "quay", 10)) == 2
     conn.close()
     monkeypatch.undo()
     again = ingest.sync(kb)  # the locked file is readable now: retried and indexed
@@ -197,8 +197,8 @@ def test_two_source_folders_with_one_name_give_unique_stable_source_names(tmp_pa
     names = {s["name"]: s["path"] for s in fulltext.list_sources(conn)}
     assert names == {"docs/a.txt": str((tmp_path / "y" / "docs" / "a.txt").resolve()),
                      "x/docs/a.txt": str((tmp_path / "x" / "docs" / "a.txt").resolve())}
-    assert [h["source"] for h in fulltext.exact_search(conn, "herons", 5)] == ["x/docs/a.txt"]
-    assert [h["source"] for h in fulltext.exact_search(conn, "otters", 5)] == ["docs/a.txt"]
+    assert [h["source"] for h in exact.exact_search(conn, "herons", 5)] == ["x/docs/a.txt"]
+    assert [h["source"] for h in exact.exact_search(conn, "otters", 5)] == ["docs/a.txt"]
     conn.close()
     second = ingest.sync(kb)
     assert (second.indexed, second.unchanged, second.deleted) == (0, 2, 0)

@@ -21,7 +21,7 @@ import fulltext
 import ingest
 import kb as kbmod
 import search
-from index import segment
+from index import exact, segment
 from providers import chat
 
 MARKER = "zephyrkappa"  # a word only the model's contexts contain
@@ -195,7 +195,7 @@ def test_each_provider_speaks_its_format_and_the_context_is_searched_not_shown(
         assert hit.text == DOCS["tide.txt"]
         assert [t for _, t in fulltext.page_lines(conn, "docs/tide.txt", 1)] == [
             DOCS["tide.txt"]]
-        assert fulltext.exact_search(conn, MARKER, 10) == []
+        assert exact.exact_search(conn, MARKER, 10) == []
     finally:
         conn.close()
     assert kb_state(kb) == {"provider": llm.kind, "model": MODELS[llm.kind], "contextualized": 3,

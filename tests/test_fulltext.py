@@ -13,7 +13,7 @@ import fulltext
 import ingest
 import kb as kbmod
 from common import limits
-from index import fulltext_schema, segment
+from index import exact, fulltext_schema, query_sql, segment, states
 
 
 def src(name: str, sha: str = "h1") -> fulltext.SourceFile:
@@ -49,16 +49,16 @@ def test_replace_keeps_every_raw_line_and_reports_pending(conn):
 
 def test_changed_source_keeps_embedded_state_of_unchanged_chunks_and_tombstones_the_rest(conn):
     add(conn, "a.txt", [["alpha"], ["beta"]])
-    fulltext.set_embed_state(conn, fulltext.all_chunk_ids(conn), "indexed")
-    old_ids = fulltext.all_chunk_ids(conn)
+    states.set_embed_state(conn, states.all_chunk_ids(conn), "indexed")
+    old_ids = states.all_chunk_ids(conn)
     pending = add(conn, "a.txt", [["alpha"], ["beta changed"]], sha="h2")
     assert pending == 1
-    new_ids = fulltext.all_chunk_ids(conn)
+    new_ids = states.all_chunk_ids(conn)
     assert len(new_ids & old_ids) == 1
-    assert set(fulltext.tombstones(conn)) == old_ids - new_ids
-    assert fulltext.count_pending(conn) == 1
-    fulltext.set_embed_state(conn, new_ids - old_ids, "indexed")
-    fulltext.promote_sources(conn)
+    assert set(states.tombstones(conn)) == old_ids - new_ids
+    assert states.count_pending(conn) == 1
+    states.set_embed_state(conn, new_ids - old_ids, "indexed")
+    states.promote_sources(conn)
     assert fulltext.source_row(conn, "a.txt")["state"] == "ready"
 
 
@@ -74,19 +74,19 @@ def test_failure_of_a_known_source_keeps_its_content(conn):
 
 def test_delete_source_removes_lines_chunks_and_index_rows(conn):
     add(conn, "a.txt", [["alpha beta"]])
-    ids = fulltext.all_chunk_ids(conn)
+    ids = states.all_chunk_ids(conn)
     fulltext.delete_source(conn, "a.txt")
     assert fulltext.counts(conn)["lines"] == 0 and fulltext.counts(conn)["chunks"] == 0
-    assert set(fulltext.tombstones(conn)) == ids
+    assert set(states.tombstones(conn)) == ids
     assert fulltext.bm25_search(conn, ["alpha"], 10) == []
-    assert fulltext.exact_search(conn, "alpha", 10) == []
+    assert exact.exact_search(conn, "alpha", 10) == []
 
 
 def test_exact_search_finds_one_two_and_longer_strings(conn):
     add(conn, "ko.txt", [["배포 일정은 3월", "담당: 김", "ID X7-42 확인"]])
     add(conn, "zh.txt", [["我们研究人工智能技术"]])
     found = lambda needle: [(r["source"], r["page"], r["line"])  # noqa: E731
-                            for r in fulltext.exact_search(conn, needle, 10)]
+                            for r in exact.exact_search(conn, needle, 10)]
     assert found("김") == [("ko.txt", 1, 2)]
     assert found("배포") == [("ko.txt", 1, 1)]
     assert found("智能") == [("zh.txt", 1, 1)]
@@ -94,29 +94,29 @@ def test_exact_search_finds_one_two_and_longer_strings(conn):
     assert found("人工智能技") == [("zh.txt", 1, 1)]
     assert found('"') == []
     assert found("no such") == []
-    assert [r["line"] for r in fulltext.exact_search(conn, "일정", 10, source="zh.txt")] == []
+    assert [r["line"] for r in exact.exact_search(conn, "일정", 10, source="zh.txt")] == []
 
 
-@pytest.mark.parametrize("scan_first", [0, 5, fulltext.EXACT_SCAN_FIRST])
-@pytest.mark.parametrize("prefix_terms", [fulltext.EXACT_PREFIX_TERMS, 0])
+@pytest.mark.parametrize("scan_first", [0, 5, exact.EXACT_SCAN_FIRST])
+@pytest.mark.parametrize("prefix_terms", [exact.EXACT_PREFIX_TERMS, 0])
 def test_short_needles_find_what_a_scan_of_every_line_finds(conn, monkeypatch, prefix_terms,
                                                             scan_first):
     # 1-2 characters used to be an instr() scan of every line (344 ms at 100,000 chunks,
     # issue 16); now a scan of the first lines, then the trigrams that start them, each line
     # ending in LINE_END. With 0 terms allowed, a needle the first lines do not settle takes
     # the scan of every line: every way must find the same lines.
-    monkeypatch.setattr(fulltext, "EXACT_PREFIX_TERMS", prefix_terms)
-    monkeypatch.setattr(fulltext, "EXACT_SCAN_FIRST", scan_first)
+    monkeypatch.setattr(exact, "EXACT_PREFIX_TERMS", prefix_terms)
+    monkeypatch.setattr(exact, "EXACT_SCAN_FIRST", scan_first)
     lines = ["배포 일정은 3월", "김", "담당: 김", "ID X7-42 확인 ab", "ab", "Ab", "x", "b a",
              "我们研究人工智能技术", "能", "a\"b", ""]
     add(conn, "mix.txt", [lines])
-    assert (fulltext._short_match(conn, "a") is None) == (prefix_terms == 0)
+    assert (exact._short_match(conn, "a") is None) == (prefix_terms == 0)
     for needle in ["김", "a", "ab", "AB", "b", "x", "능", "能", "技术", "术", "7-", "\"", " a",
                    "월", "q", "\"b", "42", "확인"]:
         want = [n for n, text in enumerate(lines, 1) if needle.lower() in text.lower()]
-        got = [r["line"] for r in fulltext.exact_search(conn, needle, 50)]
+        got = [r["line"] for r in exact.exact_search(conn, needle, 50)]
         assert got == want, needle
-    assert [r["line"] for r in fulltext.exact_search(conn, "a", 2)] == [4, 5]  # limit holds
+    assert [r["line"] for r in exact.exact_search(conn, "a", 2)] == [4, 5]  # limit holds
 
 
 LONG_LINES = ["the abc and bcd", "abcd", "xABCDx", "abc bcd cde", "École normale", "ΑΒΓΔ",
@@ -125,7 +125,7 @@ LONG_NEEDLES = ["abcd", "ABC", "bcd cd", "abc bcd", "école", "αβγδ", "일�
                 "人工智能", '"abc"', "c a", "abcdx", "%b_", "zzz", "the abc and bcd", "3월 배포"]
 
 
-@pytest.mark.parametrize("trigrams", [fulltext.EXACT_TRIGRAMS, 1])
+@pytest.mark.parametrize("trigrams", [exact.EXACT_TRIGRAMS, 1])
 @pytest.mark.parametrize("version", [6, fulltext.SCHEMA_VERSION])
 def test_longer_needles_find_what_a_scan_finds_with_and_without_positions(
         tmp_path, monkeypatch, version, trigrams):
@@ -133,7 +133,7 @@ def test_longer_needles_find_what_a_scan_finds_with_and_without_positions(
     # holding all its trigrams, checked in the line. Trigrams that occur apart ("abc and
     # bcd" for "abcd") must not match; a server reading a schema-6 index gets the same lines.
     # With 1 trigram asked of the index, the line check alone must keep the lists exact.
-    monkeypatch.setattr(fulltext, "EXACT_TRIGRAMS", trigrams)
+    monkeypatch.setattr(exact, "EXACT_TRIGRAMS", trigrams)
     path = tmp_path / fulltext.FILENAME
     with monkeypatch.context() as old_code:
         old_code.setattr(fulltext_schema, "MIGRATIONS", fulltext_schema.MIGRATIONS[:version])
@@ -146,8 +146,8 @@ def test_longer_needles_find_what_a_scan_finds_with_and_without_positions(
     assert ("detail='none'" in detail) == (version >= 7)
     for needle in LONG_NEEDLES:
         want = [n for n, text in enumerate(LONG_LINES, 1) if needle.lower() in text.lower()]
-        assert [r["line"] for r in fulltext.exact_search(conn, needle, 50)] == want, needle
-    assert [r["line"] for r in fulltext.exact_search(conn, "abc", 2)] == [1, 2]  # limit holds
+        assert [r["line"] for r in exact.exact_search(conn, needle, 50)] == want, needle
+    assert [r["line"] for r in exact.exact_search(conn, "abc", 2)] == [1, 2]  # limit holds
     conn.close()
 
 
@@ -157,9 +157,9 @@ def test_a_pasted_document_as_an_exact_needle_asks_the_index_for_few_trigrams(co
     page = " ".join(f"line {i} of the quarterly harbour report, section {i * 7}"
                     for i in range(80))[:3990]
     add(conn, "doc.txt", [[page, page[:-1] + "!"]])
-    assert fulltext._trigram_match(page.lower()).count(" AND ") == fulltext.EXACT_TRIGRAMS - 1
-    assert [r["line"] for r in fulltext.exact_search(conn, page, 10)] == [1]
-    assert fulltext.exact_search(conn, page + " more", 10) == []
+    assert exact._trigram_match(page.lower()).count(" AND ") == exact.EXACT_TRIGRAMS - 1
+    assert [r["line"] for r in exact.exact_search(conn, page, 10)] == [1]
+    assert exact.exact_search(conn, page + " more", 10) == []
 
 
 def test_bm25_ranks_the_matching_chunk_first_and_survives_fts_syntax(conn):
@@ -170,7 +170,7 @@ def test_bm25_ranks_the_matching_chunk_first_and_survives_fts_syntax(conn):
     assert hits[0][1] > 0
     # tokens that are FTS5 operators or carry quotes are searched as words, not syntax
     assert fulltext.bm25_search(conn, ["NOT", "OR", 'a"b', "AND"], 10) == []
-    assert fulltext.quote_fts(["a", "a", 'b"c']) == '"a" OR "b""c"'
+    assert query_sql.quote_fts(["a", "a", 'b"c']) == '"a" OR "b""c"'
 
 
 def test_readonly_connection_reads_but_cannot_write(tmp_path, conn):
@@ -269,31 +269,31 @@ CASE_NEEDLES = ["parseHttp", "ParseHTTP", "HTTP", "parsehttpresponse", "École",
 
 
 @pytest.mark.parametrize(("scan_first", "prefix_terms", "trigrams"), [
-    (fulltext.EXACT_SCAN_FIRST, fulltext.EXACT_PREFIX_TERMS, fulltext.EXACT_TRIGRAMS),
-    (0, 0, 1), (0, fulltext.EXACT_PREFIX_TERMS, 1)])
+    (exact.EXACT_SCAN_FIRST, exact.EXACT_PREFIX_TERMS, exact.EXACT_TRIGRAMS),
+    (0, 0, 1), (0, exact.EXACT_PREFIX_TERMS, 1)])
 def test_case_sensitive_exact_search_finds_only_that_case(conn, monkeypatch, scan_first,
                                                           prefix_terms, trigrams):
     # the trigram index is case-folded: every way of finding lines (the first lines scanned,
     # the trigrams a short needle starts, a scan of every line, the trigrams of a long one)
     # must leave the lines whose case matches, and only those
-    monkeypatch.setattr(fulltext, "EXACT_SCAN_FIRST", scan_first)
-    monkeypatch.setattr(fulltext, "EXACT_PREFIX_TERMS", prefix_terms)
-    monkeypatch.setattr(fulltext, "EXACT_TRIGRAMS", trigrams)
+    monkeypatch.setattr(exact, "EXACT_SCAN_FIRST", scan_first)
+    monkeypatch.setattr(exact, "EXACT_PREFIX_TERMS", prefix_terms)
+    monkeypatch.setattr(exact, "EXACT_TRIGRAMS", trigrams)
     add(conn, "case.txt", [CASE_LINES])
     for needle in CASE_NEEDLES:
         want = [n for n, text in enumerate(CASE_LINES, 1) if needle in text]
-        got = [r["line"] for r in fulltext.exact_search(conn, needle, 50, case_sensitive=True)]
+        got = [r["line"] for r in exact.exact_search(conn, needle, 50, case_sensitive=True)]
         assert got == want, needle
         folded = [n for n, text in enumerate(CASE_LINES, 1) if needle.lower() in text.lower()]
-        assert [r["line"] for r in fulltext.exact_search(conn, needle, 50)] == folded, needle
+        assert [r["line"] for r in exact.exact_search(conn, needle, 50)] == folded, needle
 
 
 def test_case_sensitive_limit_counts_only_lines_of_that_case(conn):
     # the limit stops the search: lines that match only folded must not use it up
     add(conn, "many.txt", [["getUrl()"] * 30 + ["getURL()"]])
-    rows = fulltext.exact_search(conn, "getURL", 1, case_sensitive=True)
+    rows = exact.exact_search(conn, "getURL", 1, case_sensitive=True)
     assert [(r["line"], r["text"]) for r in rows] == [(31, "getURL()")]
-    assert [r["line"] for r in fulltext.exact_search(conn, "getURL", 2)] == [1, 2]
+    assert [r["line"] for r in exact.exact_search(conn, "getURL", 2)] == [1, 2]
 
 
 # ---------------------------------------------------------------------------

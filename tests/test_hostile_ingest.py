@@ -21,7 +21,7 @@ import formats.base
 import fulltext
 import ingest
 import kb as kbmod
-from index import segment
+from index import exact, segment
 from sources import folders
 
 REPO = Path(__file__).resolve().parent.parent
@@ -276,7 +276,7 @@ def test_sync_does_not_follow_links_out_of_its_folder(tmp_path):
     try:
         assert {s["name"] for s in fulltext.list_sources(conn)} == {"docs/a.txt",
                                                                     "docs/alias.txt"}
-        assert fulltext.exact_search(conn, "root:x:0", 10) == []
+        assert exact.exact_search(conn, "root:x:0", 10) == []
     finally:
         conn.close()
 

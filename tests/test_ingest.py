@@ -13,7 +13,7 @@ import chroma_store
 import fulltext
 import ingest
 import kb as kbmod
-from index import segment
+from index import segment, states
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -322,10 +322,10 @@ def test_a_store_that_lost_vectors_is_reported_and_failed_chunks_are_not_counted
     base = tmp_path / "base"
     run_cli(str(write_text(tmp_path / "big.txt", 60, pages=2)), base=base)
     kb, conn, store = open_kb(base)
-    ids = sorted(fulltext.indexed_chunk_ids(conn))
+    ids = sorted(states.indexed_chunk_ids(conn))
     conn.close()
     writer = fulltext.connect(kb.fulltext_path)
-    fulltext.set_embed_state(writer, ids[:2], "failed", "test: rejected by the embedder")
+    states.set_embed_state(writer, ids[:2], "failed", "test: rejected by the embedder")
     writer.close()
     store.delete(ids[:2])  # a failed chunk has no vector
     store.close()

@@ -30,6 +30,7 @@ import fulltext
 import ingest
 import kb as kbmod
 from formats import mail, markup
+from index import exact
 
 REPO = Path(__file__).resolve().parent.parent
 SDIST = "msg-parser==1.2.0"
@@ -177,7 +178,7 @@ async def test_msg_and_its_attached_message_through_the_server(msgs, tmp_path):
     try:
         names = sorted(s["name"] for s in fulltext.list_sources(conn))
         assert names == ["other.msg", "other.msg/default_attachment.eml"]
-        hits = fulltext.exact_search(conn, "Meredith chen", 5)
+        hits = exact.exact_search(conn, "Meredith chen", 5)
         assert {h["source"] for h in hits} == {"other.msg/default_attachment.eml"}
         row = fulltext.source_row(conn, "other.msg/default_attachment.eml")
         assert row["path"] == str((msgs / "other.msg").resolve())

@@ -23,7 +23,7 @@ import library
 import queue_runner
 from common import limits, run_status
 from common.pidlock import PidLock
-from index import fulltext_schema
+from index import exact, fulltext_schema, states
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -280,8 +280,8 @@ async def test_agent_round_trip_reindex_poll_and_search(tmp_path):
     store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(None))
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     try:
-        assert store.all_ids() == fulltext.all_chunk_ids(conn)  # deleted file gone from both
-        assert fulltext.exact_search(conn, "Note 0 ", 5) == []
+        assert store.all_ids() == states.all_chunk_ids(conn)  # deleted file gone from both
+        assert exact.exact_search(conn, "Note 0 ", 5) == []
     finally:
         conn.close()
         store.close()
@@ -429,7 +429,7 @@ def test_a_merged_embedding_and_full_request_re_embeds_every_chunk_and_syncs(tmp
         assert queue_runner.drain(base) == 0
         conn = fulltext.connect(kb.fulltext_path, readonly=True)
         try:
-            chunk_ids = fulltext.all_chunk_ids(conn)
+            chunk_ids = states.all_chunk_ids(conn)
             assert fulltext.counts(conn)["pending"] == 0
         finally:
             conn.close()

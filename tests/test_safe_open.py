@@ -19,6 +19,7 @@ import ingest
 import kb as kbmod
 import library
 from common import paths, safeopen
+from index import exact
 
 REPO = Path(__file__).resolve().parent.parent
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and /dev/zero are POSIX")
@@ -151,7 +152,7 @@ def test_a_link_swapped_in_after_the_check_is_never_read(tmp_path, monkeypatch, 
     assert indexed_text(kb) == {}
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     try:
-        assert fulltext.exact_search(conn, "4711", 10) == []
+        assert exact.exact_search(conn, "4711", 10) == []
     finally:
         conn.close()
 

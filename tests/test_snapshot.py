@@ -7,7 +7,7 @@ from pathlib import Path
 import chunking
 import fulltext
 import kb as kbmod
-from index import segment
+from index import segment, states
 from library import Library
 
 VERSIONS = {  # the same source, two versions of different lengths sharing the word "shared"
@@ -21,7 +21,7 @@ def replace(conn, version: str) -> None:
     chunks = chunking.chunk_pages("doc.txt", [lines], [set()], segment.tokens)
     src = fulltext.SourceFile("doc.txt", "/nowhere/doc.txt", version * 64, 1, 0.0)
     fulltext.replace_source(conn, src, "text", [lines], chunks)
-    fulltext.set_pending_indexed(conn)
+    states.set_pending_indexed(conn)
 
 
 def test_a_search_never_mixes_two_versions_of_a_source(tmp_path: Path):

@@ -34,6 +34,7 @@ import chroma_store
 import fulltext
 import ingest
 import kb as kbmod
+from index import states
 from providers import embedders
 
 SECONDS = float(os.environ.get("LINECITE_SOAK_SECONDS", "45"))
@@ -203,8 +204,8 @@ def assert_store_matches_sqlite(kb: kbmod.KnowledgeBase) -> None:
     try:
         ids = store.all_ids()
         assert store.count() == len(ids)
-        assert ids == fulltext.indexed_chunk_ids(conn) == fulltext.all_chunk_ids(conn)
-        assert fulltext.counts(conn)["pending"] == 0 and not fulltext.tombstones(conn)
+        assert ids == states.indexed_chunk_ids(conn) == states.all_chunk_ids(conn)
+        assert fulltext.counts(conn)["pending"] == 0 and not states.tombstones(conn)
         assert_same_as_fts5(conn, QUERIES)
     finally:
         conn.close()

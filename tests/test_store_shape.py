@@ -26,6 +26,7 @@ from fastmcp.client.transports import StdioTransport
 import chroma_store
 import fulltext
 from common.limits import UserError
+from index import states
 from library import Library
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,7 +67,7 @@ def with_foreign_store(indexed: Path, tmp_path: Path, identity: dict | None) -> 
     shutil.copytree(indexed, base)
     shutil.rmtree(base / KB / "chroma")
     conn = fulltext.connect(base / KB / fulltext.FILENAME)
-    ids = sorted(fulltext.indexed_chunk_ids(conn))
+    ids = sorted(states.indexed_chunk_ids(conn))
     conn.close()
     client = chromadb.PersistentClient(str(base / KB / "chroma"),
                                        Settings(anonymized_telemetry=False))

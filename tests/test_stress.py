@@ -20,6 +20,7 @@ import chroma_store
 import fulltext
 import ingest
 import kb as kbmod
+from index import states
 
 REPO = Path(__file__).resolve().parent.parent
 SERVERS = 3
@@ -163,7 +164,7 @@ async def test_three_servers_search_while_an_indexer_is_killed_and_restarted(tmp
                                      readonly=True)
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     try:
-        assert store.all_ids() == fulltext.indexed_chunk_ids(conn) == fulltext.all_chunk_ids(conn)
+        assert store.all_ids() == states.indexed_chunk_ids(conn) == states.all_chunk_ids(conn)
         assert fulltext.counts(conn)["pending"] == 0
     finally:
         conn.close()

@@ -10,6 +10,7 @@ import chroma_store
 import fulltext
 import ingest
 import kb as kbmod
+from index import exact, states
 from sources import folders
 
 SKIPPED_BIN = [{"reason": "unsupported-format", "extension": ".bin", "files": 1,
@@ -41,7 +42,7 @@ def chroma_ids(kb) -> set[str]:
 def sqlite_ids(kb) -> set[str]:
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     try:
-        return fulltext.all_chunk_ids(conn)
+        return states.all_chunk_ids(conn)
     finally:
         conn.close()
 
@@ -73,7 +74,7 @@ def test_sync_adds_changes_and_deletes_files(tmp_path):
     assert (second.indexed, second.deleted) == (2, 1)
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     names = {s["name"] for s in fulltext.list_sources(conn)}
-    tide = fulltext.exact_search(conn, "tide tables", 5)
+    tide = exact.exact_search(conn, "tide tables", 5)
     conn.close()
     assert names == {"docs/a.txt", "docs/c.txt"}
     assert tide == []

@@ -22,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 import fulltext
 import ingest
 import kb as kbmod
+from index import states
 from service import watcher
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,7 +135,7 @@ def index_dump(kb: kbmod.KnowledgeBase) -> dict:
             row["lines"] = [fulltext.page_lines(conn, source["name"], p)
                             for p in range(1, (source["pages"] or 0) + 1)]
             dump[source["name"]] = row
-        return {"sources": dump, "chunk_ids": fulltext.all_chunk_ids(conn)}
+        return {"sources": dump, "chunk_ids": states.all_chunk_ids(conn)}
     finally:
         conn.close()
 
