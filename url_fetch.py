@@ -485,6 +485,7 @@ class Recheck:
 
     to_fetch: list[Refetch] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)  # failed last time: fetched, not asked
     unchanged: int = 0
     skipped: list[dict] = field(default_factory=list)  # unreachable or not checked: kept
 
@@ -493,7 +494,7 @@ class Recheck:
         return [{"name": r.name, "reason": "no-validators", "detail": (
                     f"{r.name} sent no ETag or Last-Modified, so only fetching it again tells "
                     "whether it changed; start_reindex does")}
-                for r in self.to_fetch if r.name not in self.changed]
+                for r in self.to_fetch if r.name not in (*self.changed, *self.retried)]
 
 
 def refetches(names: list[str], urls_block: dict) -> list[Refetch]:
@@ -502,23 +503,30 @@ def refetches(names: list[str], urls_block: dict) -> list[Refetch]:
     return [Refetch(name, allow) for name in names]
 
 
-def url_sources(conn) -> list[tuple[str, dict]]:
+def url_sources(conn) -> list[tuple[str, dict | None]]:
     """(name, validators) of each source made by ingest_url: named by its http(s) URL,
-    which is also its recorded path."""
-    return [(s["name"], saved_validators(conn, s["name"])) for s in fulltext.list_sources(
+    which is also its recorded path. Validators are None for one whose last fetch failed or
+    needs action (folders.RETRY_STATES): it is fetched again whatever its server says, as
+    folder sync reads a failed file again; an older version saved the ETag of a failed
+    fetch, and a 304 to it kept the source failed for ever (issue 45)."""
+    return [(s["name"], None if s["state"] in ("failed", "needs_action") else
+             saved_validators(conn, s["name"])) for s in fulltext.list_sources(
         conn, where="WHERE s.path = s.name AND (s.name LIKE 'http://%' OR s.name LIKE "
                     "'https://%')")]
 
 
-def recheck(sources: list[tuple[str, dict]], allow_private: bool,
+def recheck(sources: list[tuple[str, dict | None]], allow_private: bool,
             budget: float | None = None) -> Recheck:
     """Ask each URL whether it changed (`changed`, CHECK_THREADS at a time, each within
-    CHECK_SECONDS; `budget`: seconds in all, after which the rest are reported unchecked).
+    CHECK_SECONDS; `budget`: seconds in all, after which the rest are reported unchecked);
+    one with validators None (url_sources: it failed) is `retried`, fetched without asking.
     A URL that does not answer is reported and its source kept: never taken as deleted."""
-    plan = Recheck()
+    plan = Recheck(retried=[name for name, saved in sources if saved is None])
+    plan.to_fetch = [Refetch(name, allow_private) for name in plan.retried]
     end = None if budget is None else time.monotonic() + budget
     pool = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="linecite-url-check")
-    futures = {pool.submit(changed, name, saved, allow_private): name for name, saved in sources}
+    futures = {pool.submit(changed, name, saved, allow_private): name
+               for name, saved in sources if saved is not None}
     try:
         for future in as_completed(futures, None if end is None else end - time.monotonic()):
             _record(plan, futures.pop(future), future, allow_private)

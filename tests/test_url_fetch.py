@@ -24,7 +24,8 @@ import ingest
 import kb as kbmod
 import library
 import url_fetch
-from tests.conftest import clean_env, shared_path
+from tests.conftest import clean_env, image_pdf, shared_path
+from tests.test_ocr import needs_tesseract
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = (b"<!doctype html><html><head><title>Guide</title><style>p{}</style></head><body>"
@@ -232,6 +233,44 @@ def test_sync_fetches_changed_urls_again_and_keeps_one_that_is_down(site, tmp_pa
     rebuilt = ingest.rebuild(kb)  # a damaged index's rebuild fetches its URLs again
     assert lines_of(kb, a) == ["second draft"] and lines_of(kb, b) == ["steady page"]
     assert [(e["name"], e["reason"]) for e in rebuilt.skipped] == [(c, "unreachable")]
+
+
+@needs_tesseract
+@pytest.mark.parametrize("saved_by_an_older_version", [False, True])
+def test_a_url_whose_extraction_failed_is_fetched_again_at_sync(site, tmp_path, monkeypatch,
+                                                                saved_by_an_older_version):
+    # Regression (issue 45): the ETag of a URL whose extraction failed was saved all the same,
+    # so each sync's conditional request heard 304 and the failed source stayed failed: a scan
+    # fetched before Tesseract was installed was never read again. Failed and needs-action
+    # URLs are fetched again at every sync, as failed files are read again.
+    from formats import ocr
+
+    image_pdf(tmp_path / "scan.pdf", 1)
+    site.routes["/scan"] = (200, {"Content-Type": "application/pdf", "ETag": '"scan-1"'},
+                            (tmp_path / "scan.pdf").read_bytes())  # 304 to If-None-Match
+    kb, url = make_kb(tmp_path), site.base + "/scan"
+    monkeypatch.setenv(ocr.TESSERACT_ENV, str(tmp_path / "no-tesseract"))
+    first = ingest.ingest_url(kb, url)
+    assert [(f["source"], f["reason"]) for f in first.needs_action] == [(url, "ocr-unavailable")]
+    conn = fulltext.connect(kb.fulltext_path)
+    assert url_fetch.saved_validators(conn, url) == {}  # they would say "unchanged" for ever
+    if saved_by_an_older_version:
+        url_fetch.save_validators(conn, url, {"etag": '"scan-1"', "lastModified": None})
+    conn.close()
+    assert library.Library(kb.folder.parent).check_changes("web")["retried"] == [url]
+
+    monkeypatch.delenv(ocr.TESSERACT_ENV)  # Tesseract is installed now
+    site.requests.clear()
+    summary = ingest.sync(kb)
+    assert [r[:2] for r in site.requests] == [("GET", "/scan")]  # fetched, not asked
+    assert (summary.indexed, summary.needs_action) == (1, [])
+    assert "Harbour crane log page 1" in lines_of(kb, url)[0]
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    assert url_fetch.saved_validators(conn, url)["etag"] == '"scan-1"'  # indexed: kept now
+    conn.close()
+    site.requests.clear()
+    assert ingest.sync(kb).unchanged == 1
+    assert [r[:2] for r in site.requests] == [("HEAD", "/scan")]  # 304: not fetched again
 
 
 # ---------------------------------------------------------------------------
