@@ -368,23 +368,26 @@ class Indexer:
         _pause_point("after-commit")
 
     def index_fetched(self, file: Path, src: fulltext.SourceFile, summary: Summary,
-                      force: bool = False) -> None:
+                      force: bool = False) -> bool:
         """Index a downloaded page or object (url_fetch, s3_source) as source `src.name`:
         `file` is a private copy already within the size bound, `src.sha256` its SHA-256, so
-        the same bytes as indexed are unchanged (the row gets the new size and date)."""
+        the same bytes as indexed are unchanged (the row gets the new size and date). Returns
+        whether the source now holds these bytes: only then may their ETag be saved, or the
+        next sync's conditional request calls a failed fetch unchanged for ever (issue 45)."""
         summary.sources += 1
         row = fulltext.source_row(self.conn, src.name)
         if (not force and row is not None and row["state"] not in folders.RETRY_STATES
                 and row["sha256"] == src.sha256):
             fulltext.touch_source(self.conn, src.name, src.size, src.mtime)
             summary.unchanged += 1
-            return
+            return True
         doc = self._extract(file, src, summary)
         if doc is None:
-            return
+            return False
         if doc.attachments or fulltext.attachment_names(self.conn, src.name):
             self._index_attachments(src, doc.attachments, summary, force)
         self._commit(src, file, doc, summary)
+        return fulltext.source_row(self.conn, src.name)["state"] in ("ready", "pending")
 
     def _extract(self, path: Path, src: fulltext.SourceFile, summary: Summary):
         """The file's pages, or None once its failure is recorded."""
@@ -500,7 +503,8 @@ class Indexer:
                         should_stop: Callable[[], bool] | None = None) -> None:
         """Fetch and index remote sources one by one (url_fetch.Refetch, s3_source.Download:
         each `fetch(folder, limit)` gives (file, mtime, after) with `after(conn)` recording
-        its validators). One that cannot be fetched is reported and its source kept."""
+        its validators, once it is indexed). One that cannot be fetched is reported and its
+        source kept."""
         for done, item in enumerate(downloads):
             if should_stop and should_stop():
                 summary.cancelled = True
@@ -518,8 +522,8 @@ class Indexer:
                     continue
                 src = fulltext.SourceFile(item.name, item.name, paths.file_sha256(file),
                                           file.stat().st_size, mtime)
-                self.index_fetched(file, src, summary, force)
-                after(self.conn)
+                if self.index_fetched(file, src, summary, force):
+                    after(self.conn)
             summary.embedded += self.embed_pending()
         if self.report and downloads:
             self.report(len(downloads), len(downloads), "done")
@@ -684,8 +688,8 @@ def ingest_url(kb: kbmod.KnowledgeBase, url: str, force: bool = False, progress:
                                   time.time())
 
         def work(indexer: Indexer, summary: Summary) -> None:
-            indexer.index_fetched(got.file, src, summary, force)
-            url_fetch.save_validators(indexer.conn, got.url, got.validators)
+            if indexer.index_fetched(got.file, src, summary, force):
+                url_fetch.save_validators(indexer.conn, got.url, got.validators)
             summary.embedded += indexer.embed_pending()
 
         return _run(kb, work, progress, report, run=run)

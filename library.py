@@ -647,6 +647,7 @@ class Library:
                                       url_fetch.CHECK_BUDGET)
             changes["modified"] += found.changed
             changes["unchanged"] += found.unchanged
+            changes["retried"] += found.retried
             changes["skipped"] += found.skipped + found.untold()
         return {"kb_id": kb_id, **capped_lists(changes),
                 "next": "start_reindex(kb_id) applies these changes"}

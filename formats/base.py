@@ -17,8 +17,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from charset_normalizer import from_bytes
+
+if TYPE_CHECKING:
+    import zipfile
 
 # -----------------------------------------------------------------------------
 MAX_TEXT_ENV = "LINECITE_MAX_TEXT_CHARS"  # raises the cap below
@@ -205,6 +209,20 @@ ZIP_MAX_ENTRIES = 20_000  # entries in one document
 ZIP_MAX_RATIO = 200  # uncompressed/compressed for one entry bigger than 1 MB
 
 
+def zip_member_problem(info: zipfile.ZipInfo) -> str | None:
+    """Why one zip entry must not be unpacked, from the sizes its header
+    declares, or None: over ZIP_MAX_MEMBER, or over 1 MB and more than ZIP_MAX_RATIO times
+    its packed size. check_zip and zipxml.read_member, the one reader of an entry, apply it."""
+    size, packed = info.file_size, max(info.compress_size, 1)
+    if size > ZIP_MAX_MEMBER:
+        return (f"its part {info.filename} would unpack to {size / 2**20:,.0f} MB, past the "
+                f"{ZIP_MAX_MEMBER / 2**20:,.0f} MB one part may hold")
+    if size > 2**20 and size > ZIP_MAX_RATIO * packed:
+        return (f"its part {info.filename} would unpack to {size / packed:,.0f} times its "
+                f"packed size, past the ratio of {ZIP_MAX_RATIO}")
+    return None
+
+
 def check_zip(path: Path) -> None:
     """Refuse zip bombs before any parser inflates them: sizes, entry count, ratio.
 
@@ -223,11 +241,8 @@ def check_zip(path: Path) -> None:
                   f"damaged: {exc}); re-save it and retry.")
         raise ExtractError("corrupt", detail) from exc
     total = sum(m.file_size for m in members)
-    worst = max(members, key=lambda m: m.file_size, default=None)
     bomb = (len(members) > ZIP_MAX_ENTRIES or total > ZIP_MAX_TOTAL
-            or (worst is not None and worst.file_size > ZIP_MAX_MEMBER)
-            or any(m.file_size > 2**20 and m.file_size > ZIP_MAX_RATIO * max(m.compress_size, 1)
-                   for m in members))
+            or any(zip_member_problem(m) for m in members))
     if bomb:
         raise ExtractError("zip-bomb", f"{path.name} would unpack to {total / 2**20:.0f} MB in "
                                        f"{len(members)} entries, past the safety limits "

@@ -2,13 +2,16 @@
 file that has none. Tables and a few bytes read, no parser and no other module of formats/:
 formats/__init__.py takes them at import to know which files are supported.
 
-Layer: the readers' ground (formats/), beside formats/base.py; imports no project module.
+Layer: the readers' ground (formats/), beside formats/base.py; imports only safeopen (ground),
+which opens the file whose first bytes are read.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path, PurePath
+
+from common import safeopen
 
 # -----------------------------------------------------------------------------
 LANGUAGES: dict[str, str] = {  # suffix (lower case) -> language (its tree-sitter grammar)
@@ -55,11 +58,13 @@ def shebang_language(first_line: str) -> str | None:
 
 def script_language(path: Path) -> str | None:
     """The language of a file without an extension, by its shebang; None when it has none,
-    names another program, or cannot be read (a name only, like a mail attachment's)."""
+    names another program, or cannot be read (a name only, like a mail attachment's). Opened
+    as every document is (safeopen): a FIFO with no suffix in a synced or watched folder waited
+    in open() for a writer for ever (issue 45); it and a device are no code."""
     try:
-        with open(path, "rb") as file:
-            head = file.read(SHEBANG_BYTES)
-    except OSError:
+        with safeopen.open_document(path) as opened:
+            head = opened.file.read(SHEBANG_BYTES)
+    except OSError:  # safeopen.Refused is one
         return None
     return head_language(head)
 

@@ -263,7 +263,8 @@ def extract_odf(path: Path) -> Extracted:
     with _open_package(path, "ODF") as archive:
         content, body = _odf_root(archive, path)
         kind = zipxml.local(body.tag)
-        styles = archive.read("styles.xml") if "styles.xml" in archive.namelist() else b""
+        styles = (zipxml.read_member(archive, "styles.xml", path)
+                  if "styles.xml" in archive.namelist() else b"")
         if kind == "text":
             breaks = _page_break_styles(content, styles, path)
             pages = _odt_pages(body, breaks)

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from formats.base import Extracted, ExtractError, check_zip
+from formats.zipxml import read_member
 
 # -----------------------------------------------------------------------------
 SEP = " | "  # between the cells of a table row, a spreadsheet row or a chart series
@@ -153,7 +154,8 @@ def _docx_pages(path: Path) -> list[list[str]]:
     """docx2python knows neither Strict OOXML (docling/Strict.docx came out empty) nor parts
     that never declare the `r:` prefix (teams_chat.docx: KeyError 'r'): repair, read again."""
     with zipfile.ZipFile(path) as archive:
-        rels = archive.read("_rels/.rels") if "_rels/.rels" in archive.namelist() else b""
+        names = archive.namelist()
+        rels = read_member(archive, "_rels/.rels", path) if "_rels/.rels" in names else b""
     if b"/officeDocument" not in rels:  # docx2python would call any zip an empty document
         raise ValueError("the package names no main document in _rels/.rels")
     strict = b"purl.oclc.org/ooxml" in rels
@@ -175,7 +177,7 @@ def _repaired(path: Path) -> io.BytesIO:
     out = io.BytesIO()
     with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
         for info in src.infolist():
-            data = src.read(info)
+            data = read_member(src, info.filename, path)
             if info.filename.endswith((".xml", ".rels")):
                 data = _STRICT_NS.sub(rb"http://schemas.openxmlformats.org/\1/2006/\2", data)
                 if b"xmlns:r=" not in data:

@@ -1,22 +1,29 @@
-"""Reading XML parts out of zip-based documents (HWPX, OFD): the guarded reads both need.
+"""Reading parts out of zip-based documents: `read_member` is the one way any reader (and
+url_fetch's sniffing) unpacks an entry, and the XML helpers HWPX, OFD, EPUB and ODF share.
 
-A part is read with the failures a hostile or damaged zip can raise turned into
-ExtractError (encrypted, damaged, unsupported packing), and parsed with DTDs refused, so no
-entity expansion or external file is ever reached. Tag names are compared without their
-namespace: writers differ in prefixes and namespace URIs. formats.base.check_zip vets the zip's
-directory (bombs) before any of this runs.
+A part is read within the zip-bomb bounds (formats.base.zip_member_problem, checked before a
+byte is inflated), a block at a time, with the failures a hostile or damaged zip can raise
+turned into ExtractError (encrypted, damaged, unsupported packing), and parsed with DTDs
+refused, so no entity expansion or external file is ever reached. Tag names are compared
+without their namespace: writers differ in prefixes and namespace URIs. formats.base.check_zip
+vets the zip's whole directory (bombs) before a reader starts.
 
 Layer: reader helper (formats/), above formats/base.py, below the zip/XML readers.
 """
 
 from __future__ import annotations
 
+import io
 import xml.etree.ElementTree as ET
 import zipfile
 import zlib
 from pathlib import Path
 
-from formats.base import ExtractError
+from formats.base import ExtractError, zip_member_problem
+
+# -----------------------------------------------------------------------------
+BLOCK = 1 << 20  # bytes unpacked at a time
+# -----------------------------------------------------------------------------
 
 
 def local(tag: object) -> str:
@@ -30,10 +37,22 @@ def children(element: ET.Element, name: str) -> list[ET.Element]:
 
 
 def read_member(archive: zipfile.ZipFile, name: str, path: Path) -> bytes:
-    """One zip entry's bytes. check_zip vetted only the directory; an entry can still be
-    damaged, encrypted or packed with a method Python lacks."""
+    """One zip entry's bytes (KeyError when there is none), read the one bounded way (issue
+    45). An entry past the zip-bomb bounds is refused before a byte is inflated; then it is
+    unpacked a block at a time, and zipfile stops at the size the header declared (a CRC
+    error if more was packed). zipfile's own read() of a whole entry inflates up to 1 GiB in
+    one step before cutting it to that size: a 200 KB entry declaring 100 bytes took 400 MB.
+    An entry can also be damaged, encrypted or packed with a method Python lacks."""
+    info = archive.getinfo(name)
+    if problem := zip_member_problem(info):
+        raise ExtractError("zip-bomb", f"{path.name}: {problem} (possible zip bomb); it was "
+                                       "not unpacked and cannot be indexed.")
+    out = io.BytesIO()
     try:
-        return archive.read(name)
+        with archive.open(info) as member:
+            while block := member.read(BLOCK):  # zipfile ends it at the declared size
+                out.write(block)
+        return out.getvalue()
     except RuntimeError as exc:  # zipfile: "File ... is encrypted, password required"
         raise ExtractError("password-protected", f"{path.name} is an encrypted zip; save an "
                                                  "unprotected copy and index that.") from exc

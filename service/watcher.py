@@ -9,7 +9,9 @@ FSEvents, inotify; polling for network drives, for a KB whose config says `"watc
 and when native watching fails, e.g. at Linux's inotify limit). A ticker thread turns events
 into jobs: a KB's changes are queued once no event came for QUIET seconds (a burst of saves
 is one job) and every changed file's size and mtime held still for SETTLE seconds and it
-opens for reading (a file being copied or saved is never indexed half). The job is a `full`
+opens for reading (a file being copied or saved is never indexed half; a FIFO or device is
+never opened: sync reports it). Files are looked at with the lock let go, so a slow or stuck
+file stops neither get_index_info nor the other KBs (issue 45). The job is a `full`
 scope entry of the reindex queue, so the orchestrator's sync does the work: changed files
 re-indexed, renamed and deleted ones dropped; a folder that is missing (a share offline) is
 reported here and its sources are kept, as folder sync keeps them. The ticker re-reads
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -32,7 +35,7 @@ from pathlib import Path
 import fulltext
 import kb as kbmod
 import queue_runner
-from common import limits
+from common import limits, safeopen
 from common.run_status import now
 from formats import reader_entry, supported
 from sources import folders
@@ -145,6 +148,9 @@ class Pending:
     stamp: tuple[int, int] | None
     changed: float
     first: float
+
+
+Look = tuple[tuple[int, int], bool]  # a pending file's (size, mtime); whether it may be queued
 
 
 @dataclass
@@ -339,10 +345,14 @@ class Watcher:
         for watch in ended:
             watch.stop()
         with self.lock:
-            if not (state.pending or state.overflow):
+            if not (state.pending or state.overflow) or \
+                    time.monotonic() - state.last_event < QUIET:
                 return
+            paths = list(state.pending)
+        looks = {path: _look(path) for path in paths}  # file I/O: never with the lock held
+        with self.lock:
             at = time.monotonic()
-            if at - state.last_event < QUIET or not self._settled(state, at):
+            if at - state.last_event < QUIET or not self._settled(state, looks, at):
                 return
             names = [limits.path_text(p) for p in list(state.pending)[:limits.MAX_LIST_ROWS]]
             state.pending, state.overflow = {}, 0
@@ -362,22 +372,24 @@ class Watcher:
         return ended
 
     @staticmethod
-    def _settled(state: KBWatch, at: float) -> bool:
-        """Whether every pending file has held its size and mtime for SETTLE seconds and opens
-        for reading (a writer that shares no reading still holds it); a file that never settles
-        holds the KB back at most MAX_HOLD seconds."""
+    def _settled(state: KBWatch, looks: dict[Path, Look | None], at: float) -> bool:
+        """Whether every pending file has held its size and mtime for SETTLE seconds and may
+        be queued (`looks`: what _look found, with the lock let go); a path pending since then
+        waits for the next tick, and a file that never settles holds the KB back at most
+        MAX_HOLD seconds."""
         ready = True
         for path, seen in state.pending.items():
-            try:
-                info = path.stat()
-            except OSError:
+            if path not in looks:
+                ready = False
+                continue
+            if (look := looks[path]) is None:
                 continue  # gone: a deletion, nothing to wait for
-            stamp = (info.st_size, info.st_mtime_ns)
+            stamp, opens = look
             if stamp != seen.stamp:
                 seen.stamp, seen.changed = stamp, at
             if at - seen.first >= MAX_HOLD:
                 continue
-            if at - seen.changed < SETTLE or not _opens(path):
+            if at - seen.changed < SETTLE or not opens:
                 ready = False
         return ready
 
@@ -470,11 +482,25 @@ def _folder_state(watch: FolderWatch) -> str:
     return "watching" if watch.ready.is_set() else "starting"
 
 
+def _look(path: Path) -> Look | None:
+    """What the ticker needs of a pending path, None when it is gone. Only a regular file is
+    opened, to see it opens (_opens): a FIFO named like a document, or a link to one, would
+    wait in open() for a writer for ever (issue 45); it and a device may be queued at once,
+    sync reports them as not-a-regular-file without reading them."""
+    try:
+        info = path.stat()  # of the link's target, as sync reads it
+    except OSError:
+        return None
+    return (info.st_size, info.st_mtime_ns), not stat.S_ISREG(info.st_mode) or _opens(path)
+
+
 def _opens(path: Path) -> bool:
     """Whether the file opens for reading now: on Windows a program writing it without
-    sharing reads (a copy in progress) makes this fail."""
+    sharing reads (a copy in progress) makes this fail. Opened as every document is
+    (safeopen: non-blocking, only a regular file), so a FIFO swapped in since stat is
+    refused, not waited on, and looked at again next tick."""
     try:
-        with path.open("rb"):
+        with safeopen.open_document(path):
             return True
     except OSError:
         return not path.exists()

@@ -381,7 +381,7 @@ def suffix_for(file: Path, content_type: str | None, url: str) -> str:
     if head.startswith(b"%PDF-"):
         return ".pdf"
     if head.startswith(b"PK\x03\x04"):
-        return _zip_suffix(file) or declared or url_suffix
+        return _zip_suffix(file, url) or declared or url_suffix
     if head.startswith(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"):  # OLE: the header tells which
         return next((s for s in (url_suffix, declared) if s in OLE_SUFFIXES), ".doc")
     if head.lstrip().startswith(b"{\\rtf"):
@@ -397,15 +397,25 @@ def suffix_for(file: Path, content_type: str | None, url: str) -> str:
                      "pages (HTML), PDF, Office, OpenDocument, EPUB, RTF and text are indexed")
 
 
-def _zip_suffix(file: Path) -> str | None:
-    """Which zip-based format a zip is, from its members (read from the central directory)."""
+def _zip_suffix(file: Path, url: str) -> str | None:
+    """Which zip-based format a zip is, from its members (read from the central directory)
+    and its `mimetype` entry, unpacked as every reader unpacks one (zipxml.read_member: a
+    3 GiB entry in a 3 MB zip took this process past 6 GB, issue 45). None when no member
+    tells, or the zip is damaged (its reader says so); FetchError for a zip bomb."""
+    from formats.base import ExtractError
+    from formats.zipxml import read_member
+
     try:
         with zipfile.ZipFile(file) as archive:
             names = set(archive.namelist())
             if "mimetype" in names:
-                kind = archive.read("mimetype")[:100].strip()
+                kind = read_member(archive, "mimetype", file)[:100].strip()
                 if kind in ZIP_MIMETYPES:
                     return ZIP_MIMETYPES[kind]
+    except ExtractError as err:
+        if err.reason == "zip-bomb":
+            raise FetchError(err.reason, f"{url} was refused: {err.detail}") from None
+        return None
     except (zipfile.BadZipFile, OSError, KeyError):
         return None
     return next((s for member, s in ZIP_MEMBERS.items() if member in names), None)
@@ -475,6 +485,7 @@ class Recheck:
 
     to_fetch: list[Refetch] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)  # failed last time: fetched, not asked
     unchanged: int = 0
     skipped: list[dict] = field(default_factory=list)  # unreachable or not checked: kept
 
@@ -483,7 +494,7 @@ class Recheck:
         return [{"name": r.name, "reason": "no-validators", "detail": (
                     f"{r.name} sent no ETag or Last-Modified, so only fetching it again tells "
                     "whether it changed; start_reindex does")}
-                for r in self.to_fetch if r.name not in self.changed]
+                for r in self.to_fetch if r.name not in (*self.changed, *self.retried)]
 
 
 def refetches(names: list[str], urls_block: dict) -> list[Refetch]:
@@ -492,23 +503,30 @@ def refetches(names: list[str], urls_block: dict) -> list[Refetch]:
     return [Refetch(name, allow) for name in names]
 
 
-def url_sources(conn) -> list[tuple[str, dict]]:
+def url_sources(conn) -> list[tuple[str, dict | None]]:
     """(name, validators) of each source made by ingest_url: named by its http(s) URL,
-    which is also its recorded path."""
-    return [(s["name"], saved_validators(conn, s["name"])) for s in fulltext.list_sources(
+    which is also its recorded path. Validators are None for one whose last fetch failed or
+    needs action (folders.RETRY_STATES): it is fetched again whatever its server says, as
+    folder sync reads a failed file again; an older version saved the ETag of a failed
+    fetch, and a 304 to it kept the source failed for ever (issue 45)."""
+    return [(s["name"], None if s["state"] in ("failed", "needs_action") else
+             saved_validators(conn, s["name"])) for s in fulltext.list_sources(
         conn, where="WHERE s.path = s.name AND (s.name LIKE 'http://%' OR s.name LIKE "
                     "'https://%')")]
 
 
-def recheck(sources: list[tuple[str, dict]], allow_private: bool,
+def recheck(sources: list[tuple[str, dict | None]], allow_private: bool,
             budget: float | None = None) -> Recheck:
     """Ask each URL whether it changed (`changed`, CHECK_THREADS at a time, each within
-    CHECK_SECONDS; `budget`: seconds in all, after which the rest are reported unchecked).
+    CHECK_SECONDS; `budget`: seconds in all, after which the rest are reported unchecked);
+    one with validators None (url_sources: it failed) is `retried`, fetched without asking.
     A URL that does not answer is reported and its source kept: never taken as deleted."""
-    plan = Recheck()
+    plan = Recheck(retried=[name for name, saved in sources if saved is None])
+    plan.to_fetch = [Refetch(name, allow_private) for name in plan.retried]
     end = None if budget is None else time.monotonic() + budget
     pool = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="linecite-url-check")
-    futures = {pool.submit(changed, name, saved, allow_private): name for name, saved in sources}
+    futures = {pool.submit(changed, name, saved, allow_private): name
+               for name, saved in sources if saved is not None}
     try:
         for future in as_completed(futures, None if end is None else end - time.monotonic()):
             _record(plan, futures.pop(future), future, allow_private)

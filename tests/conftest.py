@@ -1,15 +1,19 @@
 """Shared fixtures: where ../shared is, and a skip for tests that need it; a clean
-environment for spawned processes; a stand-in JSON API for hosted providers."""
+environment for spawned processes; a stand-in JSON API for hosted providers; a zip whose
+entry lies about its size, and the peak memory of a piece of work."""
 
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 import urllib.error
 import urllib.request
+import zipfile
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -178,6 +182,39 @@ def image_pdf(path: Path, pages: int) -> None:
         images.append(image)
     images[0].save(path, save_all=True, append_images=images[1:], resolution=150)
 
+
+
+def understated_zip(path: Path, parts: dict[str, bytes], liar: str) -> Path:
+    """A zip of `parts` (deflated) whose entry `liar` declares 100 bytes unpacked in both its
+    headers: every size bound passes, and it inflates to all its bytes (a lying header)."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    with zipfile.ZipFile(path) as archive:
+        local, start = archive.getinfo(liar).header_offset, archive.start_dir
+    data = bytearray(path.read_bytes())
+    data[local + 22:local + 26] = struct.pack("<I", 100)  # the local header's size field
+    while True:  # the central directory's records, to the liar's
+        name, extra, comment = struct.unpack("<3H", data[start + 28:start + 34])
+        if data[start + 46:start + 46 + name] == liar.encode():
+            break
+        start += 46 + name + extra + comment
+    data[start + 24:start + 28] = struct.pack("<I", 100)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def peak_bytes(work) -> tuple[object, int]:
+    """(what `work()` returned or raised, the most bytes Python held meanwhile: tracemalloc)."""
+    tracemalloc.start()
+    try:
+        result = work()
+    except Exception as err:  # noqa: BLE001 - the caller asserts on it
+        result = err
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return result, peak
 
 
 def _assemble_test_models(root: Path) -> dict[str, Path]:

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import shared_path
+from conftest import peak_bytes, shared_path, understated_zip
 
 import extract
 from formats import legacy
@@ -126,6 +126,34 @@ def test_encrypted_odf_and_zip_bomb_epub_are_refused(tmp_path):
         with pytest.raises(extract.ExtractError) as caught:
             extract.extract(path)
         assert caught.value.reason == reason
+
+
+def test_odf_styles_that_lie_about_their_size_are_never_unpacked_whole(tmp_path):
+    # Regression (issue 45): styles.xml was read with zipfile's read(), which inflates up to
+    # 1 GiB in one step before cutting to the declared size; an entry declaring 100 bytes
+    # passes check_zip, so a 64 KB one held 64 MB (more with its copies) before the CRC check.
+    path = understated_zip(tmp_path / "liar.ods", {
+        "mimetype": b"application/vnd.oasis.opendocument.spreadsheet",
+        "content.xml": ODS.encode(), "styles.xml": bytes(64 * 2**20)}, "styles.xml")
+    assert path.stat().st_size < 2**20
+    refused, peak = peak_bytes(lambda: extract.extract(path))
+    assert isinstance(refused, extract.ExtractError) and refused.reason == "corrupt"
+    assert "styles.xml" in refused.detail and peak < 8 * 2**20, peak
+
+
+def test_a_part_past_the_bounds_is_refused_before_a_byte_is_unpacked(tmp_path, monkeypatch):
+    # Regression (issue 45): url_fetch read an EPUB's mimetype with no check at all (a 3 GiB
+    # entry in a 3 MB zip); the one reader of an entry checks the sizes its header declares.
+    from formats import zipxml
+
+    path = tmp_path / "bomb.epub"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("mimetype", b"\0" * (2 * 2**20))  # 2 MB -> 2 KB: 1,000 times
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda *a, **k: pytest.fail("it was opened"))
+    with zipfile.ZipFile(path) as archive, pytest.raises(extract.ExtractError) as caught:
+        zipxml.read_member(archive, "mimetype", path)
+    assert caught.value.reason == "zip-bomb"
+    assert "times its packed size, past the ratio of 200" in caught.value.detail
 
 
 @pytest.mark.parametrize("suffix", [".rtf", ".html", ".epub", ".odt", ".ods", ".odp"])

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, shared_path
+from conftest import SHARED, peak_bytes, shared_path, understated_zip
 
 from extract import ExtractError
 from formats import office
@@ -241,6 +241,19 @@ def test_zip_bomb_is_refused_before_any_parser_inflates_it(tmp_path, monkeypatch
 
     monkeypatch.setattr(zipfile.ZipFile, "open", inflate)  # read() goes through open()
     assert _reason(office.extract_docx, path) == "zip-bomb"
+
+
+def test_a_part_that_lies_about_its_size_is_never_unpacked_whole(tmp_path) -> None:
+    # Regression (issue 45): _rels/.rels was read with zipfile's read(), which inflates up to
+    # 1 GiB in one step before cutting to the declared size; an entry declaring 100 bytes
+    # passes check_zip, so a 64 KB one held 64 MB (more with its copies) before the CRC check.
+    path = understated_zip(tmp_path / "liar.docx", {"[Content_Types].xml": b"<Types/>",
+                                                    "_rels/.rels": bytes(64 * 2**20)},
+                           "_rels/.rels")
+    assert path.stat().st_size < 2**20
+    refused, peak = peak_bytes(lambda: office.extract_docx(path))
+    assert isinstance(refused, ExtractError) and refused.reason == "corrupt"
+    assert "Bad CRC" in refused.detail and peak < 8 * 2**20, peak
 
 
 def test_deck_of_pictures_only_is_empty(tmp_path: Path) -> None:

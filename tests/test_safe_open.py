@@ -79,6 +79,34 @@ def test_sync_reports_a_fifo_and_indexes_the_rest(tmp_path):
     assert summary.failed == [] and list(indexed_text(kb)) == ["docs/a.txt"]
 
 
+@posix_only
+def test_a_fifo_without_a_suffix_is_no_code_and_blocks_no_sync(tmp_path):
+    # Regression (issue 45): a file with no suffix is opened for its `#!` line; a FIFO named
+    # `pipe` waited in that open() for a writer for ever, and the sync with it.
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Alpha report on the harbour crane.", encoding="utf-8")
+    (docs / "deploy").write_text("#!/bin/sh\necho deployed\n", encoding="utf-8")
+    os.mkfifo(docs / "pipe")
+    kb = bm25_kb(tmp_path / "base", "safe", (docs,))
+
+    def unblock_a_blocked_reader() -> None:  # so a regression fails instead of hanging
+        try:
+            os.close(os.open(docs / "pipe", os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # ENXIO: no reader is waiting, as it should be
+            pass
+
+    timer = threading.Timer(10, unblock_a_blocked_reader)
+    timer.start()
+    start = time.monotonic()
+    summary = ingest.sync(kb)
+    timer.cancel()
+    assert time.monotonic() - start < 8
+    assert [(s["reason"], s["examples"]) for s in summary.skipped] == [
+        ("unsupported-format", ["docs/pipe"])]
+    assert sorted(indexed_text(kb)) == ["docs/a.txt", "docs/deploy"]
+
+
 @pytest.fixture
 def hook():
     """Run a function between the callers' checks and the open (safeopen.before_open)."""

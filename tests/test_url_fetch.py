@@ -12,9 +12,11 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 
 import fulltext
@@ -22,7 +24,8 @@ import ingest
 import kb as kbmod
 import library
 from sources import url_fetch
-from tests.conftest import clean_env, shared_path
+from tests.conftest import clean_env, image_pdf, shared_path
+from tests.test_ocr import needs_tesseract
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = (b"<!doctype html><html><head><title>Guide</title><style>p{}</style></head><body>"
@@ -232,6 +235,44 @@ def test_sync_fetches_changed_urls_again_and_keeps_one_that_is_down(site, tmp_pa
     assert [(e["name"], e["reason"]) for e in rebuilt.skipped] == [(c, "unreachable")]
 
 
+@needs_tesseract
+@pytest.mark.parametrize("saved_by_an_older_version", [False, True])
+def test_a_url_whose_extraction_failed_is_fetched_again_at_sync(site, tmp_path, monkeypatch,
+                                                                saved_by_an_older_version):
+    # Regression (issue 45): the ETag of a URL whose extraction failed was saved all the same,
+    # so each sync's conditional request heard 304 and the failed source stayed failed: a scan
+    # fetched before Tesseract was installed was never read again. Failed and needs-action
+    # URLs are fetched again at every sync, as failed files are read again.
+    from formats import ocr
+
+    image_pdf(tmp_path / "scan.pdf", 1)
+    site.routes["/scan"] = (200, {"Content-Type": "application/pdf", "ETag": '"scan-1"'},
+                            (tmp_path / "scan.pdf").read_bytes())  # 304 to If-None-Match
+    kb, url = make_kb(tmp_path), site.base + "/scan"
+    monkeypatch.setenv(ocr.TESSERACT_ENV, str(tmp_path / "no-tesseract"))
+    first = ingest.ingest_url(kb, url)
+    assert [(f["source"], f["reason"]) for f in first.needs_action] == [(url, "ocr-unavailable")]
+    conn = fulltext.connect(kb.fulltext_path)
+    assert url_fetch.saved_validators(conn, url) == {}  # they would say "unchanged" for ever
+    if saved_by_an_older_version:
+        url_fetch.save_validators(conn, url, {"etag": '"scan-1"', "lastModified": None})
+    conn.close()
+    assert library.Library(kb.folder.parent).check_changes("web")["retried"] == [url]
+
+    monkeypatch.delenv(ocr.TESSERACT_ENV)  # Tesseract is installed now
+    site.requests.clear()
+    summary = ingest.sync(kb)
+    assert [r[:2] for r in site.requests] == [("GET", "/scan")]  # fetched, not asked
+    assert (summary.indexed, summary.needs_action) == (1, [])
+    assert "Harbour crane log page 1" in lines_of(kb, url)[0]
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    assert url_fetch.saved_validators(conn, url)["etag"] == '"scan-1"'  # indexed: kept now
+    conn.close()
+    site.requests.clear()
+    assert ingest.sync(kb).unchanged == 1
+    assert [r[:2] for r in site.requests] == [("HEAD", "/scan")]  # 304: not fetched again
+
+
 # ---------------------------------------------------------------------------
 # redirects
 
@@ -286,6 +327,46 @@ def test_a_body_past_the_limit_is_cut_while_reading(site, tmp_path):
     with pytest.raises(url_fetch.FetchError) as err:
         url_fetch.fetch(site.base + "/long", tmp_path, 2**20, allow_private=True)
     assert err.value.reason == "too-large"
+
+
+def peak_rss(proc: subprocess.Popen) -> int:
+    """The most resident memory `proc` held until it ended, in bytes (polled every 5 ms: an
+    allocation of hundreds of MB takes far longer than that to fill)."""
+    watched, peak = psutil.Process(proc.pid), 0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, watched.memory_info().rss)
+        except psutil.Error:  # it ended between poll and look
+            break
+        time.sleep(0.005)
+    return peak
+
+
+def test_a_zip_bomb_url_is_refused_before_its_mimetype_is_unpacked(site, tmp_path):
+    # Regression (issue 45): sniffing a zip's type read its `mimetype` entry whole before any
+    # zip-bomb check: a 3.1 MB zip whose mimetype was 3 GiB of zeros took `ingest.py URL` to
+    # 6.3 GB. Here 1 GiB (made in about a second): past the 512 MB one entry may hold
+    # (formats.base.ZIP_MAX_MEMBER) and the ratio of 200.
+    bomb = tmp_path / "bomb.epub"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive, \
+            archive.open("mimetype", "w") as member:
+        block = bytes(2**20)
+        for _ in range(1024):
+            member.write(block)
+    assert bomb.stat().st_size < 8 * 2**20
+    site.routes["/book"] = (200, {"Content-Type": "application/epub+zip"}, bomb.read_bytes())
+    kb = make_kb(tmp_path)
+    proc = subprocess.Popen([sys.executable, str(REPO / "ingest.py"), site.base + "/book",
+                             "--kb", "web", "--base-path", str(kb.folder.parent), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            encoding="utf-8", env=clean_env(LINECITE_URL_ALLOW_PRIVATE="1"))
+    peak = peak_rss(proc)
+    _out, err = proc.communicate(timeout=120)
+    assert peak < 500 * 2**20, f"peak {peak / 2**20:,.0f} MB"
+    assert proc.returncode == 2, err  # refused: nothing indexed
+    assert "its part mimetype would unpack to 1,024 MB, past the 512 MB" in err
+    assert "possible zip bomb" in err and site.base + "/book" in err
+    assert not kb.fulltext_path.exists()
 
 
 def test_a_slow_body_is_cut_by_the_total_time_bound(site, tmp_path):

@@ -5,6 +5,7 @@ run takes a fraction of a second and the time measured is the watcher's.
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -269,6 +270,41 @@ async def test_watch_false_an_offline_share_and_a_changed_config_over_http(tmp_p
     assert indexed_names(base / "quiet") == {"quiet/a.txt"}
     log = (tmp_path / "server.log").read_text(encoding="utf-8")
     assert "Application shutdown complete" in log and "Traceback" not in log  # stopped cleanly
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="os.mkfifo is POSIX")
+async def test_a_fifo_in_a_watched_folder_blocks_nothing_over_http(tmp_path):
+    # Regression (issue 45): the watcher opened each changed file to see it settled, with its
+    # lock held; a FIFO named like a document (pipe.txt), or a link to one outside the folder,
+    # waits in open() for a writer for ever, so get_index_info stopped answering and nothing
+    # was indexed again. A FIFO with no suffix (`pipe`) hung the folder's thread the same way
+    # when its first bytes were read for a shebang.
+    base, docs, outside = tmp_path / "base", tmp_path / "docs", tmp_path / "outside"
+    write(docs / "a.txt", "Alpha note about the harbour crane.")
+    outside.mkdir()
+    os.mkfifo(outside / "far")
+    make_kb(base, "notes", [docs])
+    async with http_server(base, tmp_path / "server.log") as call:
+        async def answered(tool: str, **args) -> dict:
+            with anyio.fail_after(5):  # a blocked watcher holds the lock get_index_info needs
+                return await call(tool, **args)
+
+        await watching(answered, "notes")
+        os.mkfifo(docs / "pipe.txt")
+        (docs / "link.txt").symlink_to(outside / "far")
+        await anyio.sleep(watcher.QUIET + watcher.SETTLE + 1)  # the ticker looks at them
+        info = await answered("get_index_info", kb_id="notes")
+        assert info["watch"]["folders"][0]["state"] == "watching"
+        os.mkfifo(docs / "pipe")
+        write(docs / "fresh.txt", "The quarantine of the zeppelin hangar ends in May.")
+
+        async def found():
+            return (await answered("search", query="zeppelin hangar", search_mode="bm25",
+                                   kb_id="notes"))["hits"]
+        hits = await until(found, "fresh.txt searchable beside the FIFOs", FOUND_WITHIN)
+        assert hits[0]["source"] == "docs/fresh.txt"
+        await settled(answered, "notes")
+        assert await names(answered, "notes") == {"docs/a.txt", "docs/fresh.txt"}
 
 
 def indexed_names(folder: Path) -> set[str]:
