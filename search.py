@@ -64,6 +64,11 @@ class VectorLegError(RuntimeError):
     """The embedder or the vector store failed on a query; `auto` then answers from BM25."""
 
 
+class StoreChanging(VectorLegError):
+    """The vector store failed twice because a write elsewhere changed it under the query;
+    the message is one plain sentence for the agent, with nothing of Chroma's in it."""
+
+
 @contextmanager
 def _vector_failures() -> Iterator[None]:
     """Any failure of the embedder or the store (unreachable, broken) as a VectorLegError."""

@@ -3,7 +3,8 @@ small server on 127.0.0.1 in the test, speaking /api/embed) hangs or answers 503
 
 Regression (issue 25, item 4): a query embedding used the indexing retry policy (60 s
 timeout, 6 tries, 120 s budget) while holding the KB's lock, so one sleeping Ollama stalled
-`search`, `read_range` and `list_sources` on the KB for 30-120 s.
+`search`, `read_range` and `list_sources` on the KB for 30-120 s. And (issue 45, item 8) a
+search right after a start waited for the warm-up's slow embedder.
 """
 
 from __future__ import annotations
@@ -60,12 +61,12 @@ def ollama(tmp_path: Path):
     server.close()
 
 
-def client(tmp_path: Path) -> Client:
+def client(tmp_path: Path, warm_up: bool = False) -> Client:
     transport = StdioTransport(sys.executable, [str(REPO / "server.py"), "--base-path",
                                                 str(tmp_path / "base")],
                                env=clean_env(LINECITE_EMBED_PAUSE=str(PAUSE),
-                                             LINECITE_WARM_UP="0"),
-                               cwd=str(REPO), keep_alive=False)
+                                             LINECITE_WARM_UP="1" if warm_up else "0"),
+                               cwd=str(REPO), keep_alive=False, log_file=tmp_path / "server.log")
     return Client(transport, timeout=180)
 
 
@@ -133,6 +134,30 @@ async def test_read_range_and_list_sources_answer_while_a_search_waits_on_the_em
         assert not stuck.done()  # both answered while the search still waited
         result = await asyncio.wait_for(stuck, 3.0)
         assert "degraded" in result
+
+
+async def test_a_search_while_the_warm_up_loads_answers_from_bm25_within_the_budget(
+        ollama, tmp_path) -> None:
+    # issue 45 (8): the slowest answers of the soak (4.4 s under load) were the first after a
+    # start, waiting for the warm-up to load the embedder and Chroma; the embedder here is
+    # slow to give its first vector, as Ollama loading its model is
+    ollama.mode, asked = "hang", len(ollama.requests)
+    async with client(tmp_path, warm_up=True) as mcp:
+        await mcp.list_tools()  # as a host does at once: the warm-up starts
+        while len(ollama.requests) == asked:  # the warm-up's load waits on the embedder
+            await asyncio.sleep(0.05)
+        first, _ = await timed(search(mcp), embedders.QUERY_TIMEOUT)  # the query's budget
+        assert first["hits"][0]["source"].endswith("harbour.txt")
+        assert first["hits"][0]["ranks"] == {"bm25": 1, "vector": None}
+        assert first["degraded"].startswith("the meaning index is still loading")
+        assert len(ollama.requests) == asked + 1  # it did not wait on the embedder itself
+        ollama.mode = "ok"
+        ollama.release.set()  # the embedder answers the warm-up, within its query timeout
+        log = tmp_path / "server.log"
+        while "ready to search" not in log.read_text(encoding="utf-8", errors="replace"):
+            await asyncio.sleep(0.1)
+        later = await search(mcp)
+        assert "degraded" not in later and later["hits"][0]["ranks"]["vector"] == 1
 
 
 def test_a_query_gets_one_try_within_the_bound() -> None:
