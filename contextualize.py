@@ -194,9 +194,10 @@ def _fill(lines, budget: int) -> list[str]:
 
 
 class Step:
-    """The contextualize step of one indexing run (ingest.Indexer owns one). It runs before
-    every embedding pass, so a chunk is embedded once, with its context; it remembers for the
-    run whether the provider stopped (a refused key) and whether failed chunks were retried."""
+    """The contextualize step of one indexing run (pipeline.indexer's Indexer owns one). It
+    runs before every embedding pass, so a chunk is embedded once, with its context; it
+    remembers for the run whether the provider stopped (a refused key) and whether failed
+    chunks were retried."""
 
     def __init__(self, config: dict | None, tokenize: Callable[[str], list[str]]) -> None:
         self.llm = contextualizer_for(config)

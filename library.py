@@ -730,6 +730,7 @@ class Library:
         """Index one file. A refused call changes nothing on disk: an agent's typo in kb_id
         must not leave a new KB behind (with two KBs, every call without kb_id would fail)."""
         import ingest
+        from pipeline.indexer import EmbedderUnavailable
 
         check_text(path, "path", limits.MAX_PATH_CHARS)
         limits.check_name(source_name, "source_name")
@@ -740,7 +741,7 @@ class Library:
             summary = ingest.ingest(kb, [target], source_name or None, report=report,
                                     run=run_status.RunStatus(kb.folder, "ingest_file"),
                                     inside=allowed_folders(kb))  # checked again when opened
-        except (LockBusy, ingest.EmbedderUnavailable, ingest.SourceNameTaken) as err:
+        except (LockBusy, EmbedderUnavailable, ingest.SourceNameTaken) as err:
             raise UserError(str(err)) from None  # wait and retry, or pick another name
         except sqlite3.DatabaseError as err:
             if not is_damage(err):
@@ -768,6 +769,7 @@ class Library:
         private or metadata address unless the KB allows private ones). A refused URL
         changes nothing, and creates no KB."""
         import ingest
+        from pipeline.indexer import EmbedderUnavailable
         from sources import url_fetch
         check_text(url, "url", url_fetch.MAX_URL_CHARS)
         url_fetch.normalise(url)  # a bad URL is refused before any KB is made
@@ -775,7 +777,7 @@ class Library:
         try:
             summary = ingest.ingest_url(kb, url, report=report,
                                         run=run_status.RunStatus(kb.folder, "ingest_url"))
-        except (LockBusy, ingest.EmbedderUnavailable) as err:
+        except (LockBusy, EmbedderUnavailable) as err:
             raise UserError(str(err)) from None
         except sqlite3.DatabaseError as err:
             if not is_damage(err):

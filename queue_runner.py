@@ -309,9 +309,9 @@ def _run_status(base: Path, entry: dict) -> RunStatus:
 
 def _record_cancelled(base: Path, entry: dict) -> None:
     """The outcome of a job cancelled before it started: `cancelled`, nothing done."""
-    import ingest
+    from pipeline.indexer import Summary
 
-    _run_status(base, entry).finish(ingest.Summary(entry["kb_id"], cancelled=True))
+    _run_status(base, entry).finish(Summary(entry["kb_id"], cancelled=True))
 
 
 def run_entry(base: Path, entry: dict) -> bool:

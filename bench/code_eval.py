@@ -66,6 +66,7 @@ import kb as kbmod
 import search
 from bench import evaluate
 from index import segment
+from pipeline.indexer import Indexer
 from ranking import hits
 
 # -----------------------------------------------------------------------------
@@ -452,7 +453,7 @@ def window_chunks(source: str, lines: list[str],
 def index_windows(kb: kbmod.KnowledgeBase, root: Path, names: dict[str, str],
                   size: int) -> None:
     """Every copy as windows, read by the same reader as the default KB's."""
-    indexer = ingest.Indexer(kb, progress=True)
+    indexer = Indexer(kb, progress=True)
     try:
         for path, name in names.items():
             copy = root / PurePosixPath(copy_name(path))

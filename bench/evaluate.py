@@ -44,6 +44,7 @@ import kb as kbmod
 import search
 from common import atomic
 from index import segment
+from pipeline.indexer import Indexer
 from ranking import hits
 
 # -----------------------------------------------------------------------------
@@ -163,7 +164,7 @@ def build(name: str, cache: Path, embedding: dict | None = None) -> kbmod.Knowle
     start = time.perf_counter()
     docs = read_jsonl(corpus)
     print(f"{name}: chunking {len(docs)} documents into {kb.folder}", file=sys.stderr)
-    indexer = ingest.Indexer(kb, progress=True)
+    indexer = Indexer(kb, progress=True)
     try:
         for doc in docs:
             text = json.dumps(doc, ensure_ascii=False, sort_keys=True)

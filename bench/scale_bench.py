@@ -209,8 +209,8 @@ def build(base: Path, n: int) -> dict:
     """The KB of n chunks (built unless a matching one is there) and its build record;
     `reused` says which, and `build_s` is 0 for a reused KB."""
     import fulltext
-    import ingest
     import kb as kbmod
+    from pipeline.indexer import Indexer
 
     want = fingerprint()
     folder, record = prepared_kb_folder(base, n, want)
@@ -224,7 +224,7 @@ def build(base: Path, n: int) -> dict:
     marker.write_text(json.dumps(building), encoding="utf-8")
     kb = kbmod.open_or_create(base, KB_ID)
     start = time.perf_counter()
-    indexer = ingest.Indexer(kb)
+    indexer = Indexer(kb)
     try:
         indexer.store.embedder = random_vectors_embedder()
         written, prepare_s, sqlite_s = write_sqlite(indexer.conn, n)

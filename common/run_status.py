@@ -25,7 +25,7 @@ from common.pidlock import LockBusy, PidLock
 # ---------------------------------------------------------------------------
 STATUS_FILE = "index-status.json"
 STATUS_LOCK = ".status.lock"  # per KB: one status writer at a time (read, change, replace)
-WRITER_LOCK = ".writer.lock"  # per KB: held by the one process indexing it (ingest.Indexer)
+WRITER_LOCK = ".writer.lock"  # per KB: held by the one process indexing it (pipeline/indexer.py)
 BRIEF_LOCK_WAIT = 10.0  # seconds to wait for another holder of a queue or status lock
 PROGRESS_EVERY = 0.5  # seconds between progress writes to index-status.json
 HISTORY_FILE = "run-history.json"
@@ -125,9 +125,10 @@ class RunStatus:
     def reporter(self, forward: Callable[[int, int, str], None] | None):
         """A progress callback that writes the status file (at most every PROGRESS_EVERY s)
         and passes each call on to `forward` (the MCP client's progress). `part` is how far
-        the file in hand is (ingest.Indexer.index_all: OCR pages, a recording's seconds). A
-        report the bound holds back is written when the interval ends, so the file shown as
-        in hand is never more than PROGRESS_EVERY s old, however long the next one takes."""
+        the file in hand is (pipeline.indexer's Indexer.index_all: OCR pages, a recording's
+        seconds). A report the bound holds back is written when the interval ends, so the file
+        shown as in hand is never more than PROGRESS_EVERY s old, however long the next one
+        takes."""
 
         def report(done: int, total: int, message: str, part: dict | None = None) -> None:
             if forward is not None:

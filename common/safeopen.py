@@ -1,9 +1,9 @@
 """Open a user's document for reading: only a regular file, only the one the checks allowed,
 and never more than a stated number of bytes (issue 34).
 
-Every read of a document to index goes through `open_document`: ingest.py's indexer (the CLI's
-direct file, folder sync and the server's `ingest_file` alike) and paths.file_sha256. The
-file is opened once, and what was opened is what is checked:
+Every read of a document to index goes through `open_document`: pipeline/indexer.py (the
+CLI's direct file, folder sync and the server's `ingest_file` alike) and paths.file_sha256.
+The file is opened once, and what was opened is what is checked:
 - O_NONBLOCK on POSIX, so a FIFO cannot block the open; then fstat of the descriptor refuses
   anything that is not a regular file (a device such as /dev/zero, a FIFO, a socket).
 - The descriptor's real path, as the kernel knows it (Linux /proc/self/fd/N, Windows

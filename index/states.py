@@ -9,7 +9,8 @@ SOURCE_FAILED, or SOURCE_NEEDS_ACTION when the user can fix it. A chunk's embed_
 EMBED_PENDING, EMBED_INDEXED (Chroma holds its vector) or EMBED_FAILED. The SQL of the index
 modules writes the same words.
 
-Layer: storage: the states in fulltext.sqlite3, below ingest.py (which embeds) and fulltext.py.
+Layer: storage: the states in fulltext.sqlite3, below pipeline/indexer.py (which embeds) and
+fulltext.py.
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ def _stamp(when) -> float:
 
 @dataclass
 class Download:
-    """An object to fetch and index (ingest.py's Indexer.index_downloads)."""
+    """An object to fetch and index (pipeline/indexer.py's Indexer.index_downloads)."""
 
     name: str
     bucket: str

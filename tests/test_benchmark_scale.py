@@ -73,8 +73,8 @@ def test_an_interrupted_build_resumes_where_it_stopped(tmp_path):
     """A million chunks take hours: a build stopped halfway keeps what it wrote and the next
     run adds only the rest (no document twice), then embeds every chunk."""
     import fulltext
-    import ingest
     import kb as kbmod
+    from pipeline.indexer import Indexer
 
     shared_path("eval")
     folder = tmp_path / scale_bench.KB_ID
@@ -82,7 +82,7 @@ def test_an_interrupted_build_resumes_where_it_stopped(tmp_path):
     (folder / scale_bench.MARKER).write_text(json.dumps(
         {"state": "building", "n": N, "fingerprint": scale_bench.fingerprint()}),
         encoding="utf-8")
-    indexer = ingest.Indexer(kbmod.open_or_create(tmp_path, scale_bench.KB_ID))
+    indexer = Indexer(kbmod.open_or_create(tmp_path, scale_bench.KB_ID))
     try:
         assert scale_bench.write_sqlite(indexer.conn, N // 3)[0] == N // 3
         names = {r[0] for r in indexer.conn.execute("SELECT name FROM sources")}
@@ -106,14 +106,14 @@ def test_an_interrupted_build_resumes_where_it_stopped(tmp_path):
 def test_a_build_stopped_while_embedding_keeps_its_sqlite_rates(tmp_path, monkeypatch):
     """Stopped after every chunk is in SQLite, the resumed run writes none there: the record
     keeps the rates the stopped run measured instead of 0."""
-    import ingest
+    from pipeline.indexer import Indexer
 
     shared_path("eval")
 
     def stopped(self):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ingest.Indexer, "embed_pending", stopped)
+    monkeypatch.setattr(Indexer, "embed_pending", stopped)
     with pytest.raises(KeyboardInterrupt):
         scale_bench.build(tmp_path, N)
     building = json.loads((tmp_path / scale_bench.KB_ID / scale_bench.MARKER).read_text(

@@ -247,11 +247,11 @@ def test_a_whole_document_as_a_query_is_scored_on_its_rarest_tokens_only(tmp_pat
 def test_a_writer_run_leaves_no_chunk_queued(tmp_path):
     # a run's last chunks (fewer than FLUSH_MIN) are written when the indexer closes, so a
     # server never re-reads and splits their tokens on each query
-    import ingest
     import kb as kbmod
+    from pipeline.indexer import Indexer
 
     kb = kbmod.open_or_create(tmp_path, "k")
-    indexer = ingest.Indexer(kb)
+    indexer = Indexer(kb)
     try:
         add(indexer.conn, "a.txt", "harbour cranes were inspected\nthe quarterly report")
         assert 0 < indexer.conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0]

@@ -19,8 +19,10 @@ import ingest
 import kb as kbmod
 import queue_runner
 from common import run_status, safeopen
+from common.pidlock import LockBusy, PidLock
 from formats import pdf as pdf_reader
 from index import exact, fulltext_schema
+from pipeline.indexer import PAUSE_ENV
 from sources import folders
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,7 +113,7 @@ def test_status_shows_a_running_cli_ingest_then_interrupted_after_kill_then_its_
     for i in range(3):
         write(docs / f"n{i}.txt", f"Note {i} on the lighthouse keeper's logbook.")
     assert queue_runner.live_status(base, "notes")["status"] == "idle"
-    proc = cli(base, str(docs), "--kb", "notes", **{ingest.PAUSE_ENV: "after-commit"})
+    proc = cli(base, str(docs), "--kb", "notes", **{PAUSE_ENV: "after-commit"})
     try:
         wait_for_line(proc, "paused at after-commit")
         live = queue_runner.live_status(base, "notes")
@@ -139,9 +141,9 @@ def test_a_run_refused_by_a_live_holder_leaves_its_status_alone(tmp_path):
     base, docs = tmp_path / "base", tmp_path / "docs"
     write(docs / "a.txt", "Alpha.")
     kb = make_kb(base, "notes", [docs])
-    with ingest.PidLock(kb.folder / run_status.WRITER_LOCK, "indexing of KB 'notes'"):
+    with PidLock(kb.folder / run_status.WRITER_LOCK, "indexing of KB 'notes'"):
         run_status.update_status(kb.folder, status="running", pid=99, progress={"current": 1})
-        with pytest.raises(ingest.LockBusy):
+        with pytest.raises(LockBusy):
             ingest.sync(kb, run=run_status.RunStatus(kb.folder, "ingest_file"))
         recorded = run_status.read_status(kb.folder)
         assert recorded["status"] == "running" and recorded["progress"] == {"current": 1}

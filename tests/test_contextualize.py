@@ -22,6 +22,7 @@ import ingest
 import kb as kbmod
 import search
 from index import exact, segment
+from pipeline.indexer import PAUSE_ENV
 from providers import chat
 
 MARKER = "zephyrkappa"  # a word only the model's contexts contain
@@ -432,11 +433,11 @@ def test_kill_9_mid_embedding_keeps_the_contexts_and_a_changed_model_reembeds_th
         kb = make_kb(tmp_path, block(llm), {"provider": "openai", "baseUrl": embedder.url,
                                             "model": "text-embedding-3-small",
                                             "apiKeyPreset": "OpenAI"}, {"long.txt": text})
-        env = {k: v for k, v in os.environ.items() if k != ingest.PAUSE_ENV}
+        env = {k: v for k, v in os.environ.items() if k != PAUSE_ENV}
         proc = subprocess.Popen(
             [sys.executable, str(Path(ingest.__file__)), "--kb", "docs", "--base-path",
              str(tmp_path / "base"), "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, encoding="utf-8", env={**env, ingest.PAUSE_ENV: "mid-embedding"})
+            text=True, encoding="utf-8", env={**env, PAUSE_ENV: "mid-embedding"})
         try:
             for line in proc.stderr:
                 if "paused at mid-embedding" in line:

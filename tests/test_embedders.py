@@ -25,6 +25,7 @@ import fulltext
 import ingest
 import kb as kbmod
 import search
+from pipeline.indexer import EmbedderUnavailable
 from providers import embedders
 from providers.embedders import (
     EmbedderAuthError,
@@ -474,7 +475,7 @@ def test_a_file_indexed_after_the_model_changed_does_not_block_reembedding(
         kb = make_kb(tmp_path, config_for(server, model="text-embedding-3-large"))
         write_docs(tmp_path / "docs", {"new.txt": "A new note about the crane."})
         # indexing stops (chunks kept pending) and says why
-        with pytest.raises(ingest.EmbedderUnavailable, match="text-embedding-3-large"):
+        with pytest.raises(EmbedderUnavailable, match="text-embedding-3-large"):
             ingest.ingest(kb, [tmp_path / "docs" / "new.txt"])
         summary = ingest.sync(kb, "embedding")  # the way out the error names
         assert summary.embedded == 4
@@ -568,7 +569,7 @@ def test_a_dead_embedder_is_asked_twice_then_the_run_stops(tmp_path, monkeypatch
     try:
         kb = make_kb(tmp_path, {"provider": "openai", "model": "m", "baseUrl": server.url})
         log = write_pages(tmp_path / "docs", page_texts(40))  # more than one batch (32)
-        with pytest.raises(ingest.EmbedderUnavailable) as stopped:
+        with pytest.raises(EmbedderUnavailable) as stopped:
             ingest.ingest(kb, [log])
         # the batch, then the probe (a 500 is tried MAX_ATTEMPTS times, a hang-up once)
         tries = 2 if failure == "http-500" else 1
@@ -593,7 +594,8 @@ def test_a_poisoned_chunk_is_isolated_and_every_other_chunk_embedded_once(
     # of 32 is four requests, and the ones before the poisoned one went again).
     monkeypatch.setattr(embedders, "MAX_ATTEMPTS", 2)
     monkeypatch.setattr(embedders, "BACKOFF_FIRST", 0.01)
-    monkeypatch.setattr(ingest, "UPSERT_SECONDS", 1e9)  # batches 32, 64, 128: poison in the 64
+    # batches 32, 64, 128: poison in the 64
+    monkeypatch.setattr("pipeline.indexer.UPSERT_SECONDS", 1e9)
     server = PoisonedOpenAI("openai")
     monkeypatch.setenv("OPENAI_API_KEY", server.key)
     texts = page_texts(100, poison=90)

@@ -22,6 +22,7 @@ import fulltext
 import ingest
 import kb as kbmod
 from index import exact, segment
+from pipeline.indexer import MAX_FILE_ENV, PAUSE_ENV
 from sources import folders
 
 REPO = Path(__file__).resolve().parent.parent
@@ -150,7 +151,7 @@ def test_running_headers_of_pages_with_a_body_are_still_noise():
 
 def test_file_over_the_size_limit_needs_action_and_is_not_read(tmp_path, monkeypatch):
     # Regression (issue 13): no file size limit; any file was hashed and read whole.
-    monkeypatch.setenv(ingest.MAX_FILE_ENV, "0.004")  # 4 KB, so the files stay small
+    monkeypatch.setenv(MAX_FILE_ENV, "0.004")  # 4 KB, so the files stay small
     big, small = tmp_path / "big.txt", tmp_path / "small.txt"
     big.write_text("A line about the harbour crane.\n" * 200, encoding="utf-8")  # 6.4 KB
     small.write_text("A short note about the tide tables.\n", encoding="utf-8")
@@ -158,7 +159,7 @@ def test_file_over_the_size_limit_needs_action_and_is_not_read(tmp_path, monkeyp
     summary = ingest.ingest(kb, [big])
     assert [(f["source"], f["reason"], f["state"]) for f in summary.needs_action] == [
         ("big.txt", "too-large", "needs_action")]
-    assert ingest.MAX_FILE_ENV in summary.needs_action[0]["detail"]
+    assert MAX_FILE_ENV in summary.needs_action[0]["detail"]
     row = source(kb, "big.txt")
     assert (row["state"], row["sha256"], row["pages"]) == ("needs_action", "", 0)  # not hashed
     assert ingest.ingest(kb, [small]).indexed == 1
@@ -200,10 +201,10 @@ def test_a_zip_bomb_fails_as_the_readme_says(tmp_path):
 
 
 def test_a_limit_that_is_no_number_stops_the_run_before_any_file(tmp_path, monkeypatch):
-    monkeypatch.setenv(ingest.MAX_FILE_ENV, "lots")
+    monkeypatch.setenv(MAX_FILE_ENV, "lots")
     doc = tmp_path / "a.txt"
     doc.write_text("Alpha.", encoding="utf-8")
-    with pytest.raises(kbmod.ConfigError, match=ingest.MAX_FILE_ENV):
+    with pytest.raises(kbmod.ConfigError, match=MAX_FILE_ENV):
         ingest.ingest(bm25_kb(tmp_path / "base"), [doc])
 
 
@@ -329,7 +330,7 @@ def test_a_source_name_of_another_file_is_refused_and_nothing_changes(tmp_path):
 
 
 def run_cli(*args: str, base: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in (ingest.PAUSE_ENV, "LINECITE_HOME")}
+    env = {k: v for k, v in os.environ.items() if k not in (PAUSE_ENV, "LINECITE_HOME")}
     return subprocess.run([sys.executable, str(REPO / "ingest.py"), *args, "--base-path",
                            str(base), "--quiet"], capture_output=True, text=True,
                           encoding="utf-8", env=env, timeout=600)

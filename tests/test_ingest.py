@@ -13,7 +13,9 @@ import chroma_store
 import fulltext
 import ingest
 import kb as kbmod
+from common.pidlock import LockBusy
 from index import segment, states
+from pipeline.indexer import EMBED_BATCH, PAUSE_ENV, UPSERT_BATCH, Indexer, Summary
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,7 +32,7 @@ def run_cli(*args: str, base: Path, env_extra: dict | None = None) -> dict:
 def _clean_env() -> dict:
     import os
 
-    return {k: v for k, v in os.environ.items() if k not in (ingest.PAUSE_ENV, "LINECITE_HOME")}
+    return {k: v for k, v in os.environ.items() if k not in (PAUSE_ENV, "LINECITE_HOME")}
 
 
 def paragraph(i: int) -> str:
@@ -103,7 +105,7 @@ def test_source_name_and_kb_are_honoured(tmp_path):
 def test_kill_9_at_any_stage_then_next_run_finishes_without_reextracting(tmp_path, stage):
     doc = write_text(tmp_path / "big.txt", 120, pages=3)  # more than one embedding batch
     base = tmp_path / "base"
-    env = {**_clean_env(), ingest.PAUSE_ENV: stage}
+    env = {**_clean_env(), PAUSE_ENV: stage}
     proc = subprocess.Popen([sys.executable, str(REPO / "ingest.py"), str(doc), "--base-path",
                              str(base), "--quiet"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env)
@@ -157,7 +159,7 @@ def test_chroma_upserts_grow_to_large_batches_while_the_embedder_is_quick(tmp_pa
     # Chroma writes far faster in large batches (issue 16: 467 chunks/s at 32, 633 at 1,000);
     # batches start at the embedder's size and grow only while each takes under
     # UPSERT_SECONDS, so a crash loses little work with a slow embedder.
-    monkeypatch.setattr(ingest, "UPSERT_SECONDS", 1e9 if quick else 0.0)
+    monkeypatch.setattr("pipeline.indexer.UPSERT_SECONDS", 1e9 if quick else 0.0)
     sizes: list[int] = []
     real_upsert = chroma_store.ChromaStore.upsert
 
@@ -173,9 +175,9 @@ def test_chroma_upserts_grow_to_large_batches_while_the_embedder_is_quick(tmp_pa
     summary = ingest.ingest(kb, [doc])
     assert summary.embedded == sum(sizes) >= 300
     if quick:
-        assert sizes[:4] == [32, 64, 128, 256] and max(sizes) <= ingest.UPSERT_BATCH
+        assert sizes[:4] == [32, 64, 128, 256] and max(sizes) <= UPSERT_BATCH
     else:
-        assert max(sizes) == ingest.EMBED_BATCH
+        assert max(sizes) == EMBED_BATCH
 
 
 def test_bad_inputs_fail_with_reasons_and_leave_indexed_sources_alone(tmp_path):
@@ -245,9 +247,9 @@ def _chunks_match_lines(conn) -> int:
 def test_every_chunk_equals_its_lines_on_real_documents(tmp_path, relative):
     path = shared_path("corpus", *relative.split("/"))
     kb = kbmod.open_or_create(tmp_path, "default")
-    indexer = ingest.Indexer(kb)
+    indexer = Indexer(kb)
     try:
-        summary = ingest.Summary(kb=kb.id)
+        summary = Summary(kb=kb.id)
         indexer.index_file(path, path.name, summary)  # extraction and commit; no embedding
         assert summary.indexed == 1, summary.failed
         assert _chunks_match_lines(indexer.conn) > 0
@@ -272,13 +274,13 @@ def test_korean_noun_and_chinese_compound_are_found_by_bm25(tmp_path):
 
 def test_second_writer_is_refused_while_the_first_holds_the_kb(tmp_path):
     kb = kbmod.open_or_create(tmp_path, "default")
-    first = ingest.Indexer(kb)
+    first = Indexer(kb)
     try:
-        with pytest.raises(ingest.LockBusy, match="indexing of KB 'default'"):
-            ingest.Indexer(kb)
+        with pytest.raises(LockBusy, match="indexing of KB 'default'"):
+            Indexer(kb)
     finally:
         first.close()
-    ingest.Indexer(kb).close()  # free again once released
+    Indexer(kb).close()  # free again once released
 
 
 def test_tokens_from_another_segmenter_are_redone_without_extracting_or_embedding(tmp_path):

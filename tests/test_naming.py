@@ -12,6 +12,8 @@ import fulltext
 import ingest
 import kb as kbmod
 from library import Library
+from pipeline.indexer import writer_lock
+from pipeline.rebuild import FilesHeld
 
 
 @pytest.fixture
@@ -58,13 +60,13 @@ def test_rebuild_puts_everything_back_when_a_server_holds_a_file(synced, monkeyp
         return real(self, target)
 
     monkeypatch.setattr(Path, "rename", held)
-    with pytest.raises(ingest.FilesHeld, match="quit the host.*nothing was changed"):
+    with pytest.raises(FilesHeld, match="quit the host.*nothing was changed"):
         ingest.rebuild(kb)
     monkeypatch.undo()
     names = {p.name for p in kb.folder.iterdir()}
     assert {"chroma", "fulltext.sqlite3"} <= names and not any(".damaged-" in n for n in names)
     assert ingest.sync(kb).unchanged == 1  # the index is whole: nothing to re-read
-    assert ingest.writer_lock(kb, "probe").holder() is None  # the lock was let go
+    assert writer_lock(kb, "probe").holder() is None  # the lock was let go
 
 
 def test_a_second_writer_is_refused_between_moving_aside_and_rebuilding(synced, monkeypatch):
@@ -81,9 +83,9 @@ def test_a_second_writer_is_refused_between_moving_aside_and_rebuilding(synced, 
              str(kb.folder.parent), "--quiet"], capture_output=True, text=True,
             encoding="utf-8", env=clean_env(), cwd=repo, timeout=120)
 
-    monkeypatch.setattr(ingest, "_drop_server_collection", second_writer)
+    monkeypatch.setattr("pipeline.rebuild._drop_server_collection", second_writer)
     summary = ingest.rebuild(kb)
     assert seen["moved"], "the probe ran after the stores were moved aside"
     other = seen["other"]
     assert other.returncode == 2 and "rebuild of KB 'notes'" in other.stderr, other.stderr
-    assert summary.indexed == 1 and ingest.writer_lock(kb, "probe").holder() is None
+    assert summary.indexed == 1 and writer_lock(kb, "probe").holder() is None

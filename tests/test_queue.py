@@ -24,6 +24,7 @@ import queue_runner
 from common import limits, run_status
 from common.pidlock import PidLock
 from index import exact, fulltext_schema, states
+from pipeline.indexer import PAUSE_ENV, Indexer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,7 +100,7 @@ def test_one_orchestrator_at_a_time_and_a_killed_one_is_resumed(tmp_path):
     write_docs(docs, 3)
     kb = make_kb(base, "notes", docs)
     queue_runner.enqueue(base, "notes", "full", False, False)
-    first = run_orchestrator(base, **{ingest.PAUSE_ENV: "after-commit"})
+    first = run_orchestrator(base, **{PAUSE_ENV: "after-commit"})
     try:
         wait_for("paused at after-commit", first)
         second = run_orchestrator(base)
@@ -127,13 +128,13 @@ def test_cancel_file_stops_the_running_job_at_a_file_boundary(tmp_path, monkeypa
     base, docs = tmp_path / "base", tmp_path / "docs"
     write_docs(docs, 4)
     kb = make_kb(base, "notes", docs)
-    real_index_file = ingest.Indexer.index_file
+    real_index_file = Indexer.index_file
 
     def index_then_cancel(self, *args, **kwargs):
         real_index_file(self, *args, **kwargs)
         (kb.folder / queue_runner.CANCEL_FILE).touch()  # what cancel_reindex does
 
-    monkeypatch.setattr(ingest.Indexer, "index_file", index_then_cancel)
+    monkeypatch.setattr(Indexer, "index_file", index_then_cancel)
     queue_runner.run_entry(base, {"kb_id": "notes", "scope": "full", "force": False})
     last = run_status.read_status(kb.folder)["last_run"]
     assert last["ok"] and last["cancelled"] and last["counts"]["indexed"] == 1
@@ -327,7 +328,7 @@ def test_an_unexpected_error_in_run_entry_is_recorded_not_raised(tmp_path, monke
     def explode(*args, **kwargs):
         raise RuntimeError("disk gremlin")
 
-    monkeypatch.setattr(ingest.Indexer, "reconcile", explode)
+    monkeypatch.setattr(Indexer, "reconcile", explode)
     queue_runner.run_entry(base, {"kb_id": "notes", "scope": "full", "force": False})
     status = run_status.read_status(kb.folder)
     assert status["status"] == "failed" and status["progress"] is None

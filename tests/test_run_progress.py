@@ -18,6 +18,7 @@ import kb as kbmod
 import queue_runner
 from common import run_status
 from formats import ocr
+from pipeline.indexer import MAX_FILE_ENV
 
 PAGES = 5
 
@@ -120,10 +121,10 @@ def test_recent_runs_keep_the_last_twenty_in_order_with_their_outcomes(tmp_path,
     ingest.ingest(kb, [docs])  # 1: finished
     (docs / "b.txt").write_text("A second note, never read.", encoding="utf-8")
     assert ingest.sync(kb, should_stop=lambda: True).cancelled  # 2: cancelled before b.txt
-    monkeypatch.setenv(ingest.MAX_FILE_ENV, "lots")
+    monkeypatch.setenv(MAX_FILE_ENV, "lots")
     with pytest.raises(kbmod.ConfigError):
         ingest.ingest(kb, [docs])  # 3: failed before any file
-    monkeypatch.delenv(ingest.MAX_FILE_ENV)
+    monkeypatch.delenv(MAX_FILE_ENV)
     runs = queue_runner.live_status(kb.folder.parent, "scans")["recent_runs"]
     assert [(r["ok"], r.get("cancelled")) for r in runs] == [(False, None), (True, True),
                                                               (True, False)]  # newest first

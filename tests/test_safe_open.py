@@ -20,6 +20,7 @@ import kb as kbmod
 import library
 from common import paths, safeopen
 from index import exact
+from pipeline.indexer import PAUSE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and /dev/zero are POSIX")
@@ -51,7 +52,7 @@ def test_cli_fails_a_device_or_fifo_quickly_with_exit_1(tmp_path, name, kind):
     device_and_fifo(tmp_path)
     base = tmp_path / "base"
     bm25_kb(base, "default")
-    env = {k: v for k, v in os.environ.items() if k not in (ingest.PAUSE_ENV, "LINECITE_HOME")}
+    env = {k: v for k, v in os.environ.items() if k not in (PAUSE_ENV, "LINECITE_HOME")}
     start = time.monotonic()
     proc = subprocess.run([sys.executable, str(REPO / "ingest.py"), str(tmp_path / name),
                            "--base-path", str(base), "--quiet"], capture_output=True, text=True,

@@ -32,9 +32,9 @@ from test_server import ingest_cli
 
 import chroma_store
 import fulltext
-import ingest
 import kb as kbmod
 from index import states
+from pipeline.indexer import PAUSE_ENV
 from providers import embedders
 
 SECONDS = float(os.environ.get("LINECITE_SOAK_SECONDS", "45"))
@@ -154,7 +154,7 @@ async def index(base: Path) -> int:
 
 async def index_and_kill(base: Path) -> bool:
     """An indexer killed (kill -9) right after its first commit; False if it never paused."""
-    proc = cli(base, "--kb", "docs", **{ingest.PAUSE_ENV: "after-commit"})
+    proc = cli(base, "--kb", "docs", **{PAUSE_ENV: "after-commit"})
 
     def wait_for_pause() -> None:
         for line in proc.stderr:

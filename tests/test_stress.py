@@ -18,9 +18,9 @@ from fastmcp.client.transports import StdioTransport
 
 import chroma_store
 import fulltext
-import ingest
 import kb as kbmod
 from index import states
+from pipeline.indexer import PAUSE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 SERVERS = 3
@@ -49,7 +49,7 @@ def write_doc(docs: Path, name: str, topic: str, version: int = 0) -> None:
 
 
 async def indexer(base: Path, pause: str | None = None) -> asyncio.subprocess.Process:
-    env = clean_env(**({ingest.PAUSE_ENV: pause} if pause else {}))
+    env = clean_env(**({PAUSE_ENV: pause} if pause else {}))
     return await asyncio.create_subprocess_exec(
         sys.executable, str(REPO / "ingest.py"), "--kb", "stress", "--base-path", str(base),
         "--quiet", cwd=REPO, env=env, stdout=asyncio.subprocess.DEVNULL,
