@@ -34,6 +34,7 @@ import ingest
 from common import limits, run_status
 from common.pidlock import PidLock
 from library import Library, UserError, being_updated
+from pipeline import indexer
 
 REPO = Path(__file__).resolve().parent.parent
 QUERY = "cargo containers crane"  # harbour.txt's words
@@ -348,7 +349,7 @@ def test_a_store_left_behind_by_a_write_is_opened_afresh_and_asked_again(tmp_pat
         assert top(library.search(QUERY, 3, "auto", "docs", None)) == "harbour.txt"  # loaded
         write_docs(tmp_path / "docs", {"zeppelin.txt": "The zeppelin hangar crane at dawn."})
         run = cli(tmp_path / "base", str(tmp_path / "docs"), "--kb", "docs",
-                  **{ingest.PAUSE_ENV: "mid-upsert"})
+                  **{indexer.PAUSE_ENV: "mid-upsert"})
         wait_for_line(run, "paused at mid-upsert")  # its vector written, the run still holds the KB
         found = library.search("zeppelin hangar crane", 3, "auto", "docs", None)
         assert "degraded" not in found, found
