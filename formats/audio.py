@@ -57,7 +57,8 @@ CONFIG_FIELDS = {  # the KB's `audio` block: field -> (JSON type, what it should
     "model": (str, '"base", "small", "large-v3-turbo" or a model folder'),
     "language": (str, '"auto" or a language code such as "en", "zh", "ko"'),
     "device": (str, '"auto", "cpu" or "cuda"'),
-    "simplified": (bool, "true or false (Chinese in Simplified characters)"),
+    "simplified": (bool, "true or false (Chinese in Simplified characters; left out: "
+                         "Simplified for Mandarin)"),
     "threads": (int, "a number of CPU threads, 0 for the engine's default"),
 }
 DEVICES = ("auto", "cpu", "cuda")
@@ -84,7 +85,7 @@ class Settings:
     model: str = ""  # "" = chosen from the machine (choose_model)
     language: str = "auto"
     device: str = "auto"
-    simplified: bool = False
+    simplified: bool | None = None  # None: Simplified when Whisper heard Mandarin (in_simplified)
     threads: int = 0
 
 
@@ -452,6 +453,15 @@ def stamp(seconds: float) -> str:
     return f"[{hours}:{minutes:02d}:{secs:02d}]" if hours else f"[{minutes:02d}:{secs:02d}]"
 
 
+def in_simplified(settings: Settings, language: str) -> bool:
+    """Whether a transcript in `language` (Whisper's code, as detected or asked) is written in
+    Simplified characters: the KB's `simplified` when set, else yes for Mandarin ("zh").
+    Whisper writes Mandarin in either script, often Traditional (歡迎大家來體驗 for a speaker
+    whose own transcript reads 欢迎大家来体验), where mainland users expect Simplified;
+    `"simplified": false` keeps what Whisper wrote (Taiwan), Cantonese ("yue") stays as it is."""
+    return settings.simplified if settings.simplified is not None else language == "zh"
+
+
 def to_pages(segments: list[tuple[float, float, str]], simplified: bool = False,
              page_seconds: int = PAGE_SECONDS) -> list[list[str]]:
     """One `[mm:ss] text` line per segment, on the page its start falls in; a span with no
@@ -515,7 +525,7 @@ def extract_audio(path: Path):
     except AudioUnavailable as exc:
         raise ExtractError("audio-unavailable", f"{path.name} needs transcription: "
                                                         f"{exc}") from exc
-    pages = to_pages(found.segments, settings.simplified)
+    pages = to_pages(found.segments, in_simplified(settings, found.language))
     parser = f"{found.engine}:{found.model} {found.language} {found.seconds:.1f}s"
     if not pages:
         warning = (f"no speech: {found.engine} found no speech in {path.name} "

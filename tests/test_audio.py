@@ -15,6 +15,7 @@ import wave
 from pathlib import Path
 
 import pytest
+import zhconv
 from conftest import call, clean_env, shared_path
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
@@ -130,6 +131,15 @@ def test_pages_are_ten_minute_spans_and_a_silent_span_is_an_empty_page():
 def test_simplified_converts_traditional_chinese_and_leaves_latin_alone():
     pages = audio.to_pages([(0.0, 2.0, "歡迎體驗語音識別 OK")], simplified=True)
     assert pages == [["[00:00] 欢迎体验语音识别 OK"]]
+
+
+@pytest.mark.parametrize(("block", "language", "simplified"), [
+    (None, "zh", True), (None, "yue", False), (None, "en", False),
+    ({"simplified": False}, "zh", False), ({"simplified": True}, "ja", True)])
+def test_mandarin_is_written_in_simplified_unless_the_kb_says_otherwise(block, language,
+                                                                         simplified):
+    # Issue 49 item 5: Mandarin came out in Traditional unless the KB opted in to Simplified
+    assert audio.in_simplified(audio.configure(block), language) is simplified
 
 
 def test_model_size_follows_the_machine():
@@ -273,6 +283,21 @@ def test_chinese_character_error_rate_in_simplified_with_base(base_model, record
     record_property("cer", rate)
     assert rate < 0.15, text_of(doc)
     assert " zh " in doc.parser
+
+
+@pytest.mark.slow
+def test_a_mandarin_recording_is_transcribed_in_simplified_by_default(base_model):
+    # Issue 49 item 5: with no `simplified` in the KB, base wrote 歡迎大家來體驗... (Traditional)
+    # for this clip, whose own transcript is Simplified; `"simplified": false` keeps that text
+    recording = shared_path(*AUDIO, "zh", "funasr_asr_example.wav")
+    expected = recording.with_suffix(".txt").read_text(encoding="utf-8").strip()
+    default = text_of(extract.extract(recording))
+    audio.configure({"simplified": False})
+    as_whisper_wrote = text_of(extract.extract(recording))  # from the transcript cache
+    assert default.startswith("[00:00] 欢迎大家来体验") and cer(expected, default) < 0.15
+    assert zhconv.convert(default, "zh-hans") == default
+    assert as_whisper_wrote.startswith("[00:00] 歡迎大家來體驗"), as_whisper_wrote
+    assert zhconv.convert(as_whisper_wrote, "zh-hans") == default
 
 
 @pytest.mark.slow

@@ -4,9 +4,10 @@ chunks on the syntax tree with symbol paths, fallback to blank lines, and ingest
 Real files: the Python standard library and its venv's Activate.ps1 and C headers (on every
 machine with Python); one file per language from the tests/examplefiles of the Pygments sdist
 on PyPI (pinned by requirements-samples.txt, fetched by .ci/run into .ci/samples, or at
-LINECITE_PYGMENTS_SDIST), read out of the archive; and GitHub Linguist's samples (real files
-from many projects, for every language) when a copy of that repository is at
-LINECITE_LINGUIST or ../.mirror. The tests that need an absent one skip, saying how to get it.
+LINECITE_PYGMENTS_SDIST), read out of the archive. A test that needs an absent one skips,
+saying how to get it from PyPI. (GitHub Linguist's samples, read from a copy of its repository
+on one machine, were dropped: a skip named that machine's folder, and no registry carries
+them; the Pygments files cover every language.)
 The short snippets below were written for these tests.
 """
 
@@ -14,14 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import sysconfig
 import tarfile
 from pathlib import Path, PurePosixPath
 
 import pytest
-from conftest import SHARED
 
 import codechunks
 import extract
@@ -35,8 +34,6 @@ from index import segment
 
 pytest.importorskip("tree_sitter_language_pack")
 
-LINGUIST = Path(os.environ.get("LINECITE_LINGUIST") or
-                SHARED.resolve().parent / ".mirror" / "github-linguist+linguist" / "repo")
 PYGMENTS = "pygments-2.21.0"  # the sdist requirements-samples.txt pins
 PYGMENTS_SDIST = Path(os.environ.get("LINECITE_PYGMENTS_SDIST") or
                       Path(__file__).resolve().parent.parent / ".ci" / "samples" /
@@ -489,44 +486,6 @@ def test_a_c_header_of_python_itself():
     assert doc.parser == "code:c+tree-sitter"
     assert_lines_are_the_files(header, doc, chunks)
     assert "struct object._object" in named(chunks)
-
-
-LINGUIST_SAMPLES = [  # (path under samples/, a symbol its chunks must name)
-    ("TypeScript/classes.ts", "method classes.Snake.move"),
-    ("TSX/react-native.tsx", "method react-native.AttributeToggler.render"),
-    ("Java/Hudson.java", "method Hudson.getJobListeners"),
-    ("C#/MongoExpressionVisitor.cs",
-     "method MongoDB.Linq.Expressions.MongoExpressionVisitor.VisitSelect"),
-    ("Go/embedded.go", "method embedded.bindataFileInfo.ModTime"),
-    ("Rust/hashmap.rs", None), ("Kotlin/Foo.kt", "method Countries.get"),
-    ("Swift/section-41.swift", None), ("PHP/Application.php", "method Application.doRun"),
-    ("Ruby/inflector.rb", "method ActiveSupport.Inflector.camelize"),
-    ("Scala/car-ride.kojo", None), ("Shell/rvm.bash", None),
-    ("PowerShell/ZLocation.psm1", "function ZLocation.Get-EscapedPath"),
-    ("SQL/sqlite-sakila-schema.sql", None), ("R/2.R", "function 2.get_c"),
-    ("Dart/point.dart", "method point.Point.distanceTo"),
-    ("C/blob.c", "function blob.lookup_blob"), ("C++/key.cpp", "function CKey.Sign"),
-    ("JavaScript/classes.js", "function classes.Horse"),
-    ("Python/flask-view.py", None), ("Lua/treegen.p8", None)]
-
-
-def _linguist(tmp_path: Path, sample: str) -> Path:
-    if not (LINGUIST / "HEAD").is_file():
-        pytest.skip(f"needs a copy of github-linguist/linguist at {LINGUIST} "
-                    "(or LINECITE_LINGUIST)")
-    data = subprocess.run(["git", "--git-dir", str(LINGUIST), "show", f"HEAD:samples/{sample}"],
-                          capture_output=True, check=True, timeout=60).stdout
-    path = tmp_path / Path(sample).name
-    path.write_bytes(data)
-    return path
-
-
-@pytest.mark.parametrize(("sample", "symbol"), LINGUIST_SAMPLES)
-def test_real_files_of_every_language_from_linguist(tmp_path, sample, symbol):
-    path = _linguist(tmp_path, sample)
-    if path.suffix.lower() not in languages.LANGUAGES:  # a sample named by a variant suffix
-        path = path.rename(path.with_suffix({".kojo": ".scala", ".p8": ".lua"}[path.suffix]))
-    assert_real_file_chunks(path, symbol)
 
 
 PYGMENTS_SAMPLES: dict[str, tuple[str, str | None, str | None]] = {

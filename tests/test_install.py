@@ -163,6 +163,17 @@ def test_install_sh_installs_checks_and_serves_over_http(installed):
     stdio_tools = {name for name in checked if name.strip()}
     assert stdio_tools >= TOOLS, show(result)
     assert f"linecite verify: OK, {len(stdio_tools)} tools" in result.stderr, show(result)
+    # pip's hundreds of lines went to its log, not the terminal (issue 49): one line says so
+    pip_log = installed.folder / ".venv" / ".linecite-pip.log"
+    assert "Successfully installed" in pip_log.read_text(encoding="utf-8")
+    assert re.search(rf"^    \d\d+ packages installed \(pip's log: {re.escape(str(pip_log))}\)$",
+                     out, re.M), show(result)
+    assert "Collecting " not in out + result.stderr and "Downloading " not in out
+    assert len(out.splitlines()) < 80, show(result)
+    # the web page beside /mcp, and the next steps last
+    assert f"a search to try): http://127.0.0.1:{installed.port}/\n" in out
+    assert all(line.startswith(step) for line, step in zip(out.splitlines()[-4:], NEXT_STEPS,
+                                                           strict=True)), show(result)
     # a fresh venv beside the script, isolated from the system site-packages
     venv = installed.folder / ".venv"
     assert (venv / "bin" / "python").is_file()
@@ -604,7 +615,7 @@ def test_install_ps1_base_folder_is_paths_pys_and_outside_appdata():
 
 def test_install_ps1_stops_the_server_before_pip_and_starts_it_after():
     ps1 = code_only_ps1()
-    pip = ps1.index("@('-m', 'pip', 'install'")
+    pip = ps1.index("Invoke-Pip 'requirements.txt'")
     branch = ps1[ps1.rindex("} else {", 0, pip):pip]
     assert "Stop-Server" in branch and "$script:Restart = $true" in branch
     assert "Get-VenvProcesses" in branch and "tray icon" in branch  # the host is asked to quit
@@ -799,6 +810,69 @@ def test_install_sh_prints_commands_through_the_launcher_with_the_hosts_base(lig
     assert bare.returncode == 2 and bare.stdout.startswith("usage: linecite COMMAND"), bare
     again = run_sh(folder, env, "--skip-install", "--no-launch")
     assert "Nothing to do" in again.stdout and launcher.read_text(encoding="utf-8") == text
+
+
+# ---------------------------------------------------------------------------
+# what a user reads at the end (issue 49 item 7)
+
+NEXT_STEPS = ("Index documents: ", "Check what a first hour does", "(bin/linecite carries",
+              "your PATH to type just 'linecite'.)")  # install.sh's last lines, in order
+
+
+def test_install_sh_http_prints_the_web_page_beside_the_mcp_url_and_the_next_steps_last(
+        light_copy):
+    """Regression (issue 49): `--http` printed the /mcp URL but not the page served beside it,
+    and "Nothing to do" came after the next steps."""
+    folder, env, _ = light_copy
+    port = free_port()
+    first = run_sh(folder, env, "--skip-install", "--no-launch", "--http", "--port", str(port))
+    assert first.returncode == 0, show(first)
+    lines = first.stdout.splitlines()
+    assert f"  http://127.0.0.1:{port}/mcp" in lines
+    page = [line for line in lines if line.startswith("Its web page")]
+    assert page == [f"Its web page (what is indexed, what failed and why, a search to try): "
+                    f"http://127.0.0.1:{port}/"]
+    again = run_sh(folder, env, "--skip-install", "--no-launch", "--http", "--port", str(port))
+    lines = again.stdout.splitlines()
+    assert all(line.startswith(step) for line, step in zip(lines[-4:], NEXT_STEPS,
+                                                           strict=True)), show(again)
+    nothing = lines.index("Nothing to do: everything was already in place.")
+    assert nothing < lines.index(f"  http://127.0.0.1:{port}/mcp")
+
+
+def test_install_sh_keeps_pip_s_output_in_a_log_and_shows_its_end_when_it_fails(light_copy):
+    """Regression (issue 49): a first install streamed ~460 lines of pip to the terminal. pip's
+    output goes to .venv/.linecite-pip.log; a failure shows the log's end and names the file."""
+    folder, env, _ = light_copy  # a venv without pip: `python -m pip` fails at once
+    result = run_sh(folder, env)
+    assert result.returncode != 0
+    log = folder / ".venv" / ".linecite-pip.log"
+    assert "No module named pip" in log.read_text(encoding="utf-8"), show(result)
+    assert "No module named pip" not in result.stdout  # pip's words are not streamed
+    assert "No module named pip" in result.stderr  # ... but its log's end is shown on failure
+    assert f"ERROR: pip could not install requirements.txt (the end of its log is above; all " \
+           f"of it: {log})" in result.stderr
+    assert "==> Checking the install" not in result.stdout  # and the install stops there
+
+
+def test_install_ps1_runs_every_pip_through_its_log_and_prints_the_web_page():
+    ps1 = code_only_ps1()
+    invoke = ps1[ps1.index("function Invoke-Pip"):ps1.index("function ConvertTo-Id")]
+    assert "'--progress-bar', 'off'" in invoke
+    assert "-RedirectStandardOutput $out -RedirectStandardError $err" in invoke
+    assert "Add-Content -LiteralPath $PipLog" in invoke and "Select-Object -Last 15" in invoke
+    assert "$PipLog = Join-Path $Venv '.linecite-pip.log'" in ps1
+    assert ps1.count("'pip', 'install'") == 1  # every pip install goes through Invoke-Pip
+    for what in ("requirements.txt", "requirements-audio.txt", "requirements-models.txt"):
+        assert f"Invoke-Pip '{what}'" in ps1, what
+    assert '$Url = "${Page}mcp"' in ps1
+    printed = ps1[ps1.index("if ($ServesHttp) {"):]
+    assert 'Write-Host "Its web page (what is indexed, what failed and why, a search to ' \
+           'try): $Page"' in printed
+    # the next steps are printed last, after "Nothing to do"
+    assert ps1.index("Nothing to do: everything") < ps1.index("if ($ServesHttp) {") < \
+        ps1.rindex("to your PATH yourself to type just 'linecite'.)")
+    assert ps1.rstrip().endswith("to your PATH yourself to type just 'linecite'.)\"")
 
 
 def test_install_ps1_writes_the_launcher_and_prints_its_commands():

@@ -228,6 +228,63 @@ def test_add_a_folder_and_watch_it_index(server, browser, base, corpus, shots):
     assert [t.rsplit(", ", 1)[1] for t in texts] == ["1 indexed", "0 indexed", f"{first} indexed"]
 
 
+ROW_BOXES = """
+const chart = arguments[0];
+const box = (node) => {
+  const r = node.getBoundingClientRect();
+  return [r.left, r.right, r.top, r.bottom];
+};
+const bars = [...chart.querySelectorAll("rect")];
+const labels = [...chart.querySelectorAll("text")].filter((t) => t.getAttribute("x") === "0");
+return labels.map((label, i) => [label.firstChild.textContent, box(label), box(bars[i])]);
+"""  # each row of an SVG chart: its label's text (the text at x=0), its box and its bar's box
+
+
+def overlapping(driver, chart) -> list:
+    """The rows of `chart` whose label's box and bar's box intersect, as the browser laid
+    them out."""
+    rows = driver.execute_script(ROW_BOXES, chart)
+    assert rows
+    return [(text, label, bar) for text, label, bar in rows
+            if label[1] > bar[0] and label[0] < bar[1] and label[3] > bar[2] and label[2] < bar[3]]
+
+
+def test_no_chart_label_runs_into_its_bar(server, browser):
+    """Regression (issue 49): "pending_embedding" ran into its bar (a fixed 120 px label
+    column); the label column is now as wide as the page's font draws the longest label."""
+    tab(browser, "kbs")
+    states = browser.execute_script(
+        "const chart = barChart([{label: 'pending_embedding', value: 3}, {label: 'ready',"
+        " value: 40}, {label: 'needs_action', value: 1}, {label: 'a-knowledge-base-with-a-"
+        "long-name-that-goes-on', value: 9}], '#1f6feb');"
+        "document.querySelector('#chart-states').replaceChildren(chart); return chart;")
+    assert overlapping(browser, states) == []
+    runs = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#chart-runs svg"))
+    assert overlapping(browser, runs) == []
+
+
+def test_a_run_s_time_reads_the_same_on_its_kb_card_and_in_the_timeline(server, browser):
+    """Regression (issue 49): the card said "at 2026-12-04T23:18:17+00:00" and the timeline
+    "Dec 4, 11:18 PM" for one run; both go through app.js's when() now."""
+    tab(browser, "kbs")
+    card = kb_card(browser, "notes").find_element(By.CSS_SELECTOR, ".last-run time")
+    newest = browser.find_element(By.CSS_SELECTOR, "#chart-runs text.label .when")
+    assert card.text == newest.text.strip() == browser.execute_script(
+        "return when(arguments[0])", card.get_attribute("datetime"))
+    assert not re.search(r"\d{4}-\d\d-\d\dT", card.text), card.text  # a person's date
+
+
+def test_korean_and_chinese_are_named_in_every_font_stack(server, browser):
+    """Regression (issue 49): the cited lines' monospace stack named no CJK font Windows or
+    macOS ships, so Hangul and Han fell to whatever the browser picked."""
+    for selector in ("html", "#reader-lines", "#citation"):
+        stack = browser.execute_script(
+            "return getComputedStyle(document.querySelector(arguments[0])).fontFamily", selector)
+        for font in ("Malgun Gothic", "Microsoft YaHei", "Apple SD Gothic Neo", "PingFang SC",
+                     "Noto Sans CJK KR", "Noto Sans CJK SC"):
+            assert f'"{font}"' in stack, (selector, stack)
+
+
 def search(driver, query: str, mode: str) -> list:
     form = driver.find_element(By.ID, "search-form")
     Select(form.find_element(By.NAME, "mode")).select_by_value(mode)

@@ -175,7 +175,7 @@ function runPart(kb, index) {
   if (last) {
     const c = last.counts || {};
     part.append(el("p", { class: "muted last-run" }, "Last run: " + (last.ok ? "finished" : "failed"),
-      last.cancelled ? " (cancelled)" : "", " at " + (last.finished_at || "?"),
+      last.cancelled ? " (cancelled)" : "", " at ", timeOf(last.finished_at),
       ", " + (c.indexed ?? 0) + " indexed, " + (c.unchanged ?? 0) + " unchanged, " +
       (c.deleted ?? 0) + " deleted, " + (last.errors_total ?? 0) + " failed",
       last.error ? " — " + last.error : ""));
@@ -260,16 +260,55 @@ function fillKbSelects(kbs) {
 const STATE_COLOURS = { ready: "#2e7d32", pending_embedding: "#1f6feb", degraded: "#b26a00",
   failed: "#c62828", needs_action: "#8e24aa" };
 
+// A chart's label column is as wide as the page's font draws its longest label, at most
+// MAX_LABEL px (a longer label is cut to fit, whole in its tooltip): in a fixed 120 px,
+// "pending_embedding" ran into its bar.
+const MAX_LABEL = 220;
+const ruler = document.createElement("canvas").getContext("2d");
+
+function measure(text, size) {
+  ruler.font = size + "px " + getComputedStyle(document.documentElement).fontFamily;
+  return ruler.measureText(text).width;
+}
+
+function labelColumn(labels, size) {
+  return Math.ceil(Math.min(MAX_LABEL, Math.max(0, ...labels.map((t) => measure(t, size))))) + 8;
+}
+
+// `text` cut with "…" until it fits `room` px.
+function fitted(text, room, size) {
+  if (measure(text, size) <= room) return text;
+  let cut = text;
+  while (cut && measure(cut + "…", size) > room) cut = cut.slice(0, -1);
+  return cut + "…";
+}
+
+// A row's label in the column of `column` px: `text` (cut to fit), then `after` (a tspan).
+function chartLabel(text, y, size, column, after) {
+  const room = column - 8 - (after ? measure(after, size) : 0);
+  const node = svg("text", { x: 0, y, "font-size": size, class: "label" }, fitted(text, room, size));
+  if (after) node.append(svg("tspan", { class: "when" }, after));
+  node.append(svg("title", {}, text + (after || "")));
+  return node;
+}
+
+// An SVG `width` wide for its bars beside the label column: it shrinks to its box, all parts
+// alike (viewBox), so a narrow window makes it smaller, never overlapping.
+function chartSvg(width, height, extra) {
+  return svg("svg", { width, height, viewBox: "0 0 " + width + " " + height, role: "img", ...extra });
+}
+
 function barChart(rows, colour) {
-  const width = 320, bar = 18, gap = 6, label = 120;
+  const room = 200, bar = 18, gap = 6, size = 12;
+  const label = labelColumn(rows.map((r) => r.label), size);
   const most = Math.max(1, ...rows.map((r) => r.value));
-  const chart = svg("svg", { width, height: Math.max(1, rows.length) * (bar + gap) + 4, role: "img" });
+  const chart = chartSvg(label + room + 50, Math.max(1, rows.length) * (bar + gap) + 4);
   rows.forEach((row, i) => {
     const y = i * (bar + gap);
-    const length = Math.round((width - label - 50) * row.value / most);
-    chart.append(svg("text", { x: 0, y: y + 13, "font-size": 12 }, row.label),
+    const length = Math.round(room * row.value / most);
+    chart.append(chartLabel(row.label, y + 13, size, label),
       svg("rect", { x: label, y, width: Math.max(length, 1), height: bar, fill: row.colour || colour }),
-      svg("text", { x: label + length + 4, y: y + 13, "font-size": 12 }, String(row.value)));
+      svg("text", { x: label + length + 4, y: y + 13, "font-size": size }, String(row.value)));
   });
   return chart;
 }
@@ -281,9 +320,16 @@ function outcome(run) {
   return !run.ok ? "failed" : run.cancelled ? "cancelled" : "finished";
 }
 
-function clock(iso) {
+// The one way the page writes a run's time (a KB card and the timeline alike), in the
+// browser's language and zone: "Dec 4, 11:18 PM"; "?" for none.
+function when(iso) {
   const at = new Date(iso);
-  return isNaN(at) ? "?" : at.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+  return !iso || isNaN(at) ? "?" : at.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+}
+
+// when(iso) in a <time> element that carries the exact moment.
+function timeOf(iso) {
+  return el("time", { datetime: iso || undefined, title: iso || undefined }, when(iso));
 }
 
 // A KB's runs, newest first; a KB indexed before run-history.json existed has its last_run.
@@ -298,17 +344,18 @@ function timeline(kbs) {
     start: Date.parse(run.started_at), seconds: Math.max(0, (Date.parse(run.finished_at) - Date.parse(run.started_at)) / 1000 || 0) })))
     .sort((a, b) => (b.start || 0) - (a.start || 0)).slice(0, TIMELINE_ROWS);
   if (!runs.length) return el("p", { class: "muted" }, "No run finished yet.");
-  const width = 360, bar = 14, gap = 6, label = 130, room = 130;
+  const bars = 100, bar = 14, gap = 6, room = 130, size = 11;
+  const label = labelColumn(runs.map((r) => r.id + " " + when(r.run.finished_at)), size);
   const longest = Math.max(1, ...runs.map((r) => r.seconds));
-  const chart = svg("svg", { width, height: runs.length * (bar + gap) + 4, role: "img", class: "timeline" });
+  const chart = chartSvg(label + bars + room, runs.length * (bar + gap) + 4, { class: "timeline" });
   runs.forEach((r, i) => {
     const y = i * (bar + gap), how = outcome(r.run), c = r.run.counts || {};
-    const length = Math.max(3, Math.round((width - label - room) * r.seconds / longest));
+    const length = Math.max(3, Math.round(bars * r.seconds / longest));
     const rect = svg("rect", { x: label, y, width: length, height: bar, fill: RUN_COLOURS[how], "data-outcome": how });
     rect.append(svg("title", {}, r.id + ": " + how + " (" + (r.run.started_by || "?") + ", " +
-      (r.run.scope || "full") + ") " + r.run.started_at + " → " + (r.run.finished_at || "?") +
+      (r.run.scope || "full") + ") " + when(r.run.started_at) + " → " + when(r.run.finished_at) +
       (r.run.error ? " — " + r.run.error : "")));
-    chart.append(svg("text", { x: 0, y: y + 11, "font-size": 11 }, r.id + " " + clock(r.run.started_at)), rect,
+    chart.append(chartLabel(r.id, y + 11, size, label, " " + when(r.run.finished_at)), rect,
       svg("text", { x: label + length + 4, y: y + 11, "font-size": 11, class: "run-text" },
         how + ", " + Math.round(r.seconds) + " s, " + (c.indexed ?? 0) + " indexed"));
   });
