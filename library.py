@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -36,6 +36,7 @@ from index import states
 from kb import config_stamp
 from ranking import filters
 from ranking.filters import Filters
+from ranking.request import SearchRequest, SearchSettings
 from service import multikb
 
 ALLOWED_DIRS_ENV = "LINECITE_ALLOWED_DIRS"  # extra folders ingest_file may read (os.pathsep list)
@@ -459,35 +460,28 @@ class Library:
             out.append(item)
         return out
 
-    def search(self, query: str, top_k: int, mode: str, kb_id: str | list[str] | None,
-               source: str | None, queries: list[str] | None = None,
-               diversity: float | None = None, expand: bool = True,
-               case_sensitive: bool = False, filters: Filters | None = None) -> dict:
+    def search(self, request: SearchRequest) -> dict:
         """One KB's hits, or with a list of kb_ids or "*" the hits of several KBs in one
         ranking (multikb.py), each hit naming its kb_id."""
-        asked = self._check_queries(query, queries)
-        limits.check_name(source, "source")
+        kb_id = request.kb_id
         if isinstance(kb_id, str) and kb_id != multikb.EVERY_KB or kb_id is None:
-            return self._search_kb(self.resolve(kb_id), asked, top_k, mode, source, diversity,
-                                   expand, case_sensitive, filters)
+            return self._search_kb(self.resolve(kb_id), request)
         kbs = multikb.chosen(kb_id, self.kb_ids())
-        return multikb.search_all(
-            kbs, top_k, lambda kb: self._search_kb(kb, asked, top_k, mode, source, diversity,
-                                                   expand, case_sensitive, filters),
-            search_status)
+        return multikb.search_all(kbs, request.top_k,
+                                  lambda kb: self._search_kb(kb, request), search_status)
 
-    def _search_kb(self, kb: str, asked: list[str], top_k: int, mode: str, source: str | None,
-                   diversity: float | None, expand: bool, case_sensitive: bool,
-                   filters: Filters | None) -> dict:
+    def _search_kb(self, kb: str, request: SearchRequest) -> dict:
         import search
         from providers.embedders import EmbedderMismatch
         from ranking import rerank
 
+        mode, source = request.mode, request.source
         if source is not None:
             source = self._sources_named(kb, source)
-        if filters is not None and filters.narrows():
-            source = self._filtered(kb, source, filters)
-        expansion = self._expand(kb, asked) if expand and mode != "exact" else None
+        if request.filters is not None and request.filters.narrows():
+            source = self._filtered(kb, source, request.filters)
+        asked = request.phrasings
+        expansion = self._expand(kb, asked) if request.expand and mode != "exact" else None
         searched = expansion.queries if expansion else asked
         vector = mode in ("vector", "auto")
         if mode == "vector":
@@ -495,7 +489,7 @@ class Library:
         vectors, failure = self._query_vectors(kb, searched) if vector else ({}, None)
         with self.searching(kb) as entry:  # no store is closed under a query
             reranker = self._reranker(entry.kb) if mode != "exact" else None
-            wanted = max(top_k, reranker.top_n) if reranker else top_k
+            wanted = max(request.top_k, reranker.top_n) if reranker else request.top_k
             searcher = self._searcher(entry, vector)
             problem = entry.vector_note if vector else None
             if mode == "vector" and entry.store is None:
@@ -504,14 +498,12 @@ class Library:
             degraded = STILL_LOADING if vector and entry.loading else \
                 problem and f"vector leg unavailable, keyword results only: {problem}"
             settings = kbmod.search_settings(entry.kb)  # the KB's `search` block
-            if diversity is not None:
-                settings["diversity"] = diversity
-            ask = {"variants": searched[1:], "source": source, "case_sensitive": case_sensitive,
-                   **settings}
+            asking = replace(request, query=searched[0], queries=tuple(searched[1:]),
+                             source=source, top_k=wanted)
             try:
                 if failure is not None:
                     raise failure
-                hits = self._hybrid(entry, searched[0], wanted, mode, vectors, ask)
+                hits = self._hybrid(entry, asking, settings, vectors)
             except search.VectorLegError as err:
                 if isinstance(err.__cause__, EmbedderMismatch):  # a dimension learnt just now
                     entry.vector_note = str(err.__cause__)  # listing and get_index_info say so
@@ -521,12 +513,12 @@ class Library:
                                     "search_mode 'bm25' or 'exact' meanwhile") from None
                 degraded = str(err) if plain else \
                     f"vector leg unavailable, keyword results only: {err}"
-                hits = searcher.search(searched[0], wanted, "bm25", **ask)
+                hits = searcher.search(replace(asking, mode="bm25"), settings)
             note = entry.config_note
         if reranker is not None:
             hits, skipped = rerank.rerank_hits(reranker, searched[0], hits)
             degraded = "; ".join(filter(None, [degraded, skipped])) or None
-        hits = hits[:top_k]
+        hits = hits[:request.top_k]
         result = {"kb_id": kb, "search_mode": mode,
                   "hits": [{"kb_id": kb, **h.to_json()} for h in hits]}
         if len(searched) > 1:
@@ -539,8 +531,8 @@ class Library:
             result["warning"] = note
         return result
 
-    def _hybrid(self, entry: OpenKB, query: str, wanted: int, mode: str, vectors: dict,
-                ask: dict) -> list:
+    def _hybrid(self, entry: OpenKB, request: SearchRequest, settings: SearchSettings,
+                vectors: dict) -> list:
         """The searcher's hits (call with entry.searches.lock held). A store whose in-memory
         index a write elsewhere has left behind (chroma_store.left_behind) is opened afresh
         and asked once more: in the soak, searches during an ingest lost their vector half to
@@ -550,14 +542,14 @@ class Library:
         import search
 
         try:
-            return entry.searcher.search(query, wanted, mode, vectors=vectors, **ask)
+            return entry.searcher.search(request, settings, vectors)
         except search.VectorLegError as err:
             if not chroma_store.left_behind(err.__cause__):
                 raise
         self._reopen_store(entry)
         try:
             if entry.store is not None:
-                return entry.searcher.search(query, wanted, mode, vectors=vectors, **ask)
+                return entry.searcher.search(request, settings, vectors)
         except search.VectorLegError as err:
             if not chroma_store.left_behind(err.__cause__):
                 raise
@@ -586,21 +578,6 @@ class Library:
         if key not in self._rerankers:
             self._rerankers[key] = rerank.reranker_for(kb.rerank)
         return self._rerankers[key]
-
-    @staticmethod
-    def _check_queries(query: str, queries: list[str] | None) -> list[str]:
-        """The question and its other phrasings, each checked against the stated bounds
-        before any work; an empty `query` takes the first of `queries`."""
-        asked = [q for q in [query, *(queries or [])] if q.strip()] if queries else [query]
-        if queries is not None and len(queries) > limits.MAX_QUERIES:
-            raise UserError(f"queries holds {len(queries)} phrasings; send at most "
-                            f"{limits.MAX_QUERIES}")
-        for n, text in enumerate(asked):
-            check_text(text, "query" if n == 0 else "queries", limits.MAX_QUERY_CHARS,
-                       allow_newlines=True)
-        if not asked or not asked[0].strip():
-            raise UserError("query is empty; pass the words, name or number to look for")
-        return list(dict.fromkeys(asked))
 
     def _expand(self, kb_id: str, asked: list[str]):
         """The KB's query expansion of the question (None without a `queryExpansion`
@@ -678,7 +655,7 @@ class Library:
         with self.reading(kb_id) as entry:
             words = fulltext.script_samples(entry.conn)
         segment.tokens(words)
-        self.search(f"linecite {words}", 1, "auto", kb_id, None, expand=False)
+        self.search(SearchRequest.checked(f"linecite {words}", 1, "auto", kb_id, expand=False))
 
     def _serve_loaded(self, kb_id: str) -> None:
         """Swap in the store a first load made, and check it, before the warm-up says ready."""
