@@ -32,7 +32,8 @@ from common import limits, run_status
 from common.limits import UserError, check_text, shown
 from common.pidlock import LockBusy, PidLock
 from formats.languages import parser_language
-from index import states
+from index import states, store_errors
+from index.store_errors import KBDamaged
 from kb import config_stamp
 from ranking import filters
 from ranking.filters import Filters
@@ -287,12 +288,11 @@ class Library:
                             reader.conn.execute("BEGIN")  # deferred: taken at the first read
                     reader.depth += 1
                     try:
-                        yield entry
-                    except sqlite3.DatabaseError as err:
-                        if not is_damage(err):
-                            raise
+                        with store_errors.explained(entry.kb.id, entry.kb.fulltext_path):
+                            yield entry
+                    except KBDamaged:
                         self._drop(entry)
-                        raise damaged(entry.kb, err) from None
+                        raise
                     finally:
                         reader.depth -= 1
                         if outer:
@@ -713,16 +713,10 @@ class Library:
         kb = self._kb_to_ingest(kb_id)
         target = allowed_path(path, kb)
         kb = kbmod.open_or_create(self.base, kb.id)
-        try:
+        with indexing(kb):
             summary = ingest.ingest(kb, [target], source_name or None, report=report,
                                     run=run_status.RunStatus(kb.folder, "ingest_file"),
                                     inside=allowed_folders(kb))  # checked again when opened
-        except (LockBusy, ingest.EmbedderUnavailable, ingest.SourceNameTaken) as err:
-            raise UserError(str(err)) from None  # wait and retry, or pick another name
-        except sqlite3.DatabaseError as err:
-            if not is_damage(err):
-                raise
-            raise damaged(kb, err) from None
         return summary.__dict__
 
     def _kb_to_ingest(self, kb_id: str | None) -> kbmod.KnowledgeBase:
@@ -749,15 +743,9 @@ class Library:
         check_text(url, "url", url_fetch.MAX_URL_CHARS)
         url_fetch.normalise(url)  # a bad URL is refused before any KB is made
         kb = kbmod.open_or_create(self.base, self._kb_to_ingest(kb_id).id)
-        try:
+        with indexing(kb):
             summary = ingest.ingest_url(kb, url, report=report,
                                         run=run_status.RunStatus(kb.folder, "ingest_url"))
-        except (LockBusy, ingest.EmbedderUnavailable) as err:
-            raise UserError(str(err)) from None
-        except sqlite3.DatabaseError as err:
-            if not is_damage(err):
-                raise
-            raise damaged(kb, err) from None
         return summary.__dict__
 
     # -- the reindex queue -----------------------------------------------------------
@@ -919,13 +907,24 @@ def source_name(entry: OpenKB, source: str) -> str:
 def open_reader(kb: kbmod.KnowledgeBase) -> Reader:
     """A read-only connection to the KB's index; what cannot be opened says how to fix it."""
     try:
-        return Reader(fulltext.connect(kb.fulltext_path, readonly=True))
+        with store_errors.explained(kb.id, kb.fulltext_path):
+            return Reader(fulltext.connect(kb.fulltext_path, readonly=True))
     except (fulltext.SchemaError, fulltext.IndexUnavailable) as err:
         raise UserError(str(err)) from None
-    except sqlite3.DatabaseError as err:
-        if not is_damage(err):
-            raise
-        raise damaged(kb, err) from None
+
+
+@contextmanager
+def indexing(kb: kbmod.KnowledgeBase) -> Iterator[None]:
+    """An ingest's refusals as the UserError that says what to do: the KB busy with another
+    run or its embedder unreachable (wait and retry), a source name taken (pick another), its
+    index's errors (store_errors)."""
+    import ingest
+
+    try:
+        with store_errors.explained(kb.id, kb.fulltext_path, writing=True):
+            yield
+    except (LockBusy, ingest.EmbedderUnavailable, ingest.SourceNameTaken) as err:
+        raise UserError(str(err)) from None
 
 
 def file_identity(path: Path) -> tuple[int, int] | None:
@@ -976,10 +975,6 @@ def check_kb_arg(kb_id: str | None) -> None:
                         "an id from list_knowledge_bases")
 
 
-class KBDamaged(UserError):
-    """A KB whose fulltext.sqlite3 cannot be read: truncated, overwritten, not SQLite."""
-
-
 class UnknownSource(UserError):
     """A `source` that names no source of the KB."""
 
@@ -990,21 +985,6 @@ def search_status(err: Exception) -> str:
     if isinstance(err, KBDamaged):
         return "damaged"
     return "no_match" if isinstance(err, (filters.NoMatch, UnknownSource)) else "error"
-
-
-def is_damage(err: sqlite3.DatabaseError) -> bool:
-    """True for a file that is not a readable index (SQLITE_CORRUPT, SQLITE_NOTADB, I/O);
-    False for a busy database or a bug, which must not send the user off to rebuild."""
-    if type(err) is sqlite3.DatabaseError:
-        return True
-    return isinstance(err, sqlite3.OperationalError) and any(
-        words in str(err) for words in ("disk I/O error", "unable to open"))
-
-
-def damaged(kb: kbmod.KnowledgeBase, err: sqlite3.DatabaseError) -> KBDamaged:
-    return KBDamaged(f"knowledge base {kb.id!r} is damaged: {kb.fulltext_path} cannot be read "
-                     f"({err}). Restore that file from a backup, or rebuild the knowledge base "
-                     f"from its source files: `python ingest.py --kb {kb.id} --rebuild`")
 
 
 def _provider(kb: kbmod.KnowledgeBase) -> str:
