@@ -252,7 +252,7 @@ def add_folder(lib: Library, args: dict) -> dict:
     if flag(args, "create"):
         kb = kbmod.open_or_create(lib.base, kbmod.check_kb_id(kb_id, lib.base))
     else:
-        kb = kbmod.load(lib.base, lib.resolve(kb_id))
+        kb = kbmod.load(lib.base, lib.kbs.resolve(kb_id))
     added = kbmod.follow(kb, folder)
     return {"kb_id": kb.id, "added": added, "folders": kb.source_paths,
             "next": "start a reindex (scope full) to index the folder"}
@@ -260,7 +260,7 @@ def add_folder(lib: Library, args: dict) -> dict:
 
 def remove_folder(lib: Library, args: dict) -> dict:
     """Stop following a folder (its sources stay until the next full reindex drops them)."""
-    kb_id = lib.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
+    kb_id = lib.kbs.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
     path = text(args, "path", limits.MAX_PATH_CHARS)
     folders = kbmod.load(lib.base, kb_id).source_paths
     if path not in folders:
@@ -276,7 +276,7 @@ def remove_folder(lib: Library, args: dict) -> dict:
 
 def settings(lib: Library, args: dict) -> dict:
     """Set the embedder (provider and model) and the fusion; kb.update checks them."""
-    kb_id = lib.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
+    kb_id = lib.kbs.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
     provider = text(args, "embedder", 40, required=False)
     model = text(args, "model", 200, required=False)
     method = text(args, "fusion", 40, required=False)
@@ -312,9 +312,9 @@ def retry(lib: Library, args: dict) -> dict:
     """Index one failed source again from its file (ingest_file, inside the KB's folders)."""
     import fulltext
 
-    kb_id = lib.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
+    kb_id = lib.kbs.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
     name = text(args, "source", limits.MAX_NAME_CHARS)
-    with lib.reading(kb_id) as entry:
+    with lib.kbs.reading(kb_id) as entry:
         row = fulltext.source_row(entry.conn, name)
     if row is None or not row["path"]:
         raise UserError(f"{limits.shown(name)} is no source of {kb_id!r} with a file to read "

@@ -15,8 +15,9 @@ from conftest import text_pdf
 from test_embedders import KEYS, MODELS, Provider
 
 import kb as kbmod
+from common.limits import UserError
 from ingest import ingest
-from library import Library, UserError
+from library import Library
 from ranking import filters
 from ranking.request import SearchRequest
 

@@ -92,7 +92,7 @@ def test_a_line_deep_in_a_page_is_in_the_hit_that_cites_it(lib):
 
 
 def page_lines(lib: library.Library, source: str, page: int) -> list[tuple[int, str]]:
-    with lib.reading("docs") as entry:
+    with lib.kbs.reading("docs") as entry:
         return fulltext.page_lines(entry.conn, source, page)
 
 
@@ -104,7 +104,7 @@ def whole_page_hit(lib: library.Library, page: int, best: tuple[int, int]) -> hi
 
 
 def shown(lib: library.Library, hit: hitsmod.Hit, query: str) -> dict:
-    with lib.reading("docs") as entry:
+    with lib.kbs.reading("docs") as entry:
         hitsmod.with_text(entry.conn, [hit], query, segment.tokens)
     return hit.to_json()
 

@@ -24,8 +24,9 @@ from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from test_embedders import KEYS, MODELS, Provider
 
 import kb as kbmod
+from common.limits import UserError
 from ingest import ingest
-from library import Library, UserError
+from library import Library
 from ranking import filters
 from ranking.request import SearchRequest
 from service import multikb

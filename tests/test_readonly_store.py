@@ -32,9 +32,11 @@ from test_hostile_server import read_only_folder
 import chroma_store
 import ingest
 from common import limits, run_status
+from common.limits import UserError
 from common.pidlock import PidLock
-from library import Library, UserError, being_updated
+from library import Library
 from ranking.request import SearchRequest
+from service.kb_search import being_updated
 
 REPO = Path(__file__).resolve().parent.parent
 QUERY = "cargo containers crane"  # harbour.txt's words
@@ -218,7 +220,7 @@ def test_a_search_while_an_indexer_commits_never_reopens_chroma_on_its_thread(
         while not opens.on(refresher) and time.monotonic() - waited < 60:
             time.sleep(0.05)
         assert opens.on(refresher) == 1 and opens.on(me) == 1
-        entry = library.get("docs")
+        entry = library.kbs.get("docs")
         if entry.refresh is not None:
             entry.refresh.thread.join(60)
         assert top(library.search(ask("vector"))) == "harbour.txt"

@@ -11,8 +11,9 @@ from test_query_expansion import KEY, Chat
 
 import kb as kbmod
 from common import limits
+from common.limits import UserError
 from ingest import ingest
-from library import Library, UserError
+from library import Library
 from ranking import query_expansion as qe
 from ranking import rerank
 from ranking.request import SearchRequest
