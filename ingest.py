@@ -39,6 +39,7 @@ import kb as kbmod
 from common import limits, paths, run_status
 from common.pidlock import LockBusy
 from formats import ocr
+from index import store_errors
 from pipeline import runs
 from pipeline.indexer import EXIT_NOT_RUN, EmbedderUnavailable, Indexer, Summary, max_file_bytes
 from pipeline.rebuild import FilesHeld, rebuild
@@ -187,21 +188,6 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     return runs.run_indexer(kb, work, progress, report, reset_embeddings=reset, run=run)
 
 
-def _store_error(kb_id: str, index: Path, err: sqlite3.DatabaseError) -> str:
-    """What a SQLite error on the index means for the user, and what to do about it."""
-    text = str(err)
-    if "readonly" in text or "unable to open" in text:
-        return (f"cannot write the index {index} ({text}); make the KB folder writable, or "
-                "index into a writable folder with --base-path")
-    if "locked" in text:
-        return f"the index {index} is locked by another program ({text}); retry when it is done"
-    if "full" in text:
-        return f"the disk holding {index} is full ({text}); free some space and retry"
-    return (f"the index {index} is damaged ({text}); rebuild it from the source files with "
-            f"`python ingest.py --kb {kb_id} --rebuild` (the damaged file is kept aside), or "
-            "restore it from a backup")
-
-
 def _print_json(data: dict) -> None:
     """The summary as readable UTF-8 where stdout takes it, else with \\u escapes: a Windows
     console or pipe in cp1252 cannot encode a Korean file name, and the print raised
@@ -277,8 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"linecite: {err}", file=sys.stderr)
         return EXIT_NOT_RUN
     except sqlite3.DatabaseError as err:
-        print(f"linecite: {_store_error(args.kb, base / args.kb / fulltext.FILENAME, err)}",
-              file=sys.stderr)
+        problem = store_errors.user_error(args.kb, base / args.kb / fulltext.FILENAME, err,
+                                          writing=True)
+        if problem is None:
+            raise  # no fault of the index the user can fix: a bug, with its traceback
+        print(f"linecite: {problem}", file=sys.stderr)
         return EXIT_NOT_RUN
     except PermissionError as err:
         print(f"linecite: cannot write {err.filename} ({err.strerror}); make the KB folder "

@@ -26,8 +26,9 @@ import contextualize as ctx
 import fulltext
 from common import atomic, limits, run_status
 from providers import chat, embedders
-from ranking import fusion, neighbours, rerank, titles
+from ranking import fusion, rerank
 from ranking import query_expansion as qe
+from ranking.request import SearchSettings
 
 # ---------------------------------------------------------------------------
 DEFAULT_KB = "default"
@@ -150,16 +151,18 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
                          urls=data.get("urls") or {}, s3=data.get("s3") or {})
 
 
-def search_settings(kb: KnowledgeBase) -> dict:
-    """The KB's fusion as keyword arguments of search.Searcher.search (already validated by
-    load); a field left out takes fusion.py's default, the weight the one for its embedder."""
+SETTING_FIELDS = {"titleWeight": "title_weight", "diversity": "diversity",
+                  "neighbourWeight": "neighbour_weight"}  # `search` key -> SearchSettings field
+
+
+def search_settings(kb: KnowledgeBase) -> SearchSettings:
+    """The KB's ranking settings for search.py (already validated by load); a field left out
+    takes its default, the weight the one for the KB's embedder."""
     method = kb.search.get("fusion", fusion.DEFAULT_FUSION)
     weight = kb.search.get("vectorWeight",
                            fusion.default_weight(method, kb.embedding.get("provider")))
-    return {"fusion": method, "vector_weight": weight,
-            "title_weight": kb.search.get("titleWeight", titles.TITLE_WEIGHT),
-            "diversity": kb.search.get("diversity", 0.0),
-            "neighbour_weight": kb.search.get("neighbourWeight", neighbours.WEIGHT)}
+    given = {field: kb.search[key] for key, field in SETTING_FIELDS.items() if key in kb.search}
+    return SearchSettings(method, weight, **given)
 
 
 WATCH_VALUES = (True, False, "poll")  # config.json's `watch`; absent: true

@@ -26,20 +26,19 @@ the server.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from typing import Literal
 
 import fulltext
 from common import limits
 from index import exact, query_sql, states
 from ranking import definitions, neighbours, titles
-from ranking.fusion import DEFAULT_FUSION, RRF_K, Candidate, Fusion, fuse
+from ranking.fusion import RRF_K, Candidate, fuse
 from ranking.hits import Hit, merge_into, with_text
+from ranking.request import DEFAULT_SETTINGS, SearchRequest, SearchSettings
 
 # ---------------------------------------------------------------------------
-Mode = Literal["auto", "bm25", "vector", "exact"]
 CANDIDATES = 50  # chunks taken from each leg before fusion
 DIVERSITY_TOP = 5  # in the first 5 hits ...
 DIVERSITY_MAX_PER_SOURCE = 4  # ... at most 4 from one source, if another scores close
@@ -127,34 +126,24 @@ class Searcher:
             tokenize = segment.tokens
         self.tokenize = tokenize
 
-    def search(self, query: str, top_k: int = 10, mode: Mode = "auto",
-               source: query_sql.Sources = None,
-               fusion: Fusion = DEFAULT_FUSION, vector_weight: float | None = None,
-               embedding: list[float] | None = None,
-               title_weight: float = titles.TITLE_WEIGHT, diversity: float = 0.0,
-               variants: Sequence[str] = (),
-               vectors: Mapping[str, list[float]] | None = None,
-               case_sensitive: bool = False, definitions_first: bool = True,
-               neighbour_weight: float = neighbours.WEIGHT) -> list[Hit]:
-        """The hits. `embedding` is the query's vector when the caller made it already;
-        `title_weight` the share of the file-name match in `auto` (titles.py; 0 = off);
-        `diversity` MMR's lambda (0 = only the per-source rule of _diversify); `variants`
-        more phrasings of the question, searched alike and fused with it by reciprocal rank
-        (`vectors` holds their embeddings when the caller made them); `case_sensitive` is
-        for `exact` mode; `definitions_first` (auto) puts the code chunks that define a
-        query that is one name first (definitions.py; False = off); `neighbour_weight` the
-        share of a code chunk's best neighbour's score it gains in `auto` (neighbours.py;
-        0 = off)."""
-        queries = [query, *dict.fromkeys(v for v in variants if v != query)]
-        if mode == "exact":
-            return self._exact(queries, top_k, source, case_sensitive)
-        vectors = {**(vectors or {}), **({query: embedding} if embedding else {})}
-        lists = [self._ranked(q, mode, source, fusion, vector_weight, vectors.get(q),
-                              title_weight, neighbour_weight) for q in queries]
-        if mode == "auto" and definitions_first:
-            lists = [self._definitions_lifted(q, ranked, source)
+    def search(self, request: SearchRequest, settings: SearchSettings = DEFAULT_SETTINGS,
+               vectors: Mapping[str, list[float]] | None = None) -> list[Hit]:
+        """The hits for `request` (its question and other phrasings, searched alike and fused
+        by reciprocal rank; `source` the indexed name or names it looks at) ranked by the
+        KB's `settings` (request.diversity overrides theirs); `vectors` holds the phrasings'
+        embeddings when the caller made them."""
+        query = request.query
+        queries = [query, *dict.fromkeys(v for v in request.queries if v != query)]
+        if request.mode == "exact":
+            return self._exact(queries, request.top_k, request.source, request.case_sensitive)
+        vectors = vectors or {}
+        lists = [self._ranked(q, request, settings, vectors.get(q)) for q in queries]
+        if request.mode == "auto" and settings.definitions_first:
+            lists = [self._definitions_lifted(q, ranked, request.source)
                      for q, ranked in zip(queries, lists, strict=True)]
         ranked, found_by = (lists[0], None) if len(lists) == 1 else _across(lists)
+        diversity = settings.diversity if request.diversity is None else request.diversity
+        top_k = request.top_k
         pool = top_k * MMR_POOL if diversity > 0 else top_k + DIVERSITY_TOP
         hits: list[Hit] = []
         for cand, score in ranked:
@@ -172,11 +161,10 @@ class Searcher:
         chosen = self._mmr(hits, top_k, diversity) if diversity > 0 else _diversify(hits)
         return with_text(self.conn, chosen[:top_k], "\n".join(queries), self.tokenize)
 
-    def _ranked(self, query: str, mode: Mode, source: query_sql.Sources, fusion: Fusion,
-                vector_weight: float | None, embedding: list[float] | None,
-                title_weight: float, neighbour_weight: float
-                ) -> list[tuple[Candidate, float]]:
+    def _ranked(self, query: str, request: SearchRequest, settings: SearchSettings,
+                embedding: list[float] | None) -> list[tuple[Candidate, float]]:
         """One question's candidates of both legs, best first, with their fused score."""
+        mode, source = request.mode, request.source
         use_bm25 = mode in ("auto", "bm25")
         use_vector = mode == "vector" or (mode == "auto" and self.store is not None)
         if use_vector and self.store is None:
@@ -193,17 +181,17 @@ class Searcher:
         def ranking(chosen: dict[str, Candidate]) -> list[tuple[Candidate, float]]:
             if use_bm25 and use_vector:
                 self._complete(bm25, embedding, chosen)
-                return fuse(list(candidates.values()), fusion, vector_weight)
+                return fuse(list(candidates.values()), settings.fusion, settings.vector_weight)
             for cand in chosen.values():
                 cand.bm25 = bm25.get(cand.row["id"], cand.bm25)
             return sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
                           key=lambda pair: -pair[1])
 
         ranked = ranking(candidates)
-        if mode == "auto" and neighbour_weight > 0:
-            ranked = self._with_neighbours(ranked, candidates, ranking, neighbour_weight)
-        if mode == "auto" and title_weight > 0:
-            ranked = self._with_titles(query, tokens, ranked, title_weight)
+        if mode == "auto" and settings.neighbour_weight > 0:
+            ranked = self._with_neighbours(ranked, candidates, ranking, settings.neighbour_weight)
+        if mode == "auto" and settings.title_weight > 0:
+            ranked = self._with_titles(query, tokens, ranked, settings.title_weight)
         return ranked
 
     def _with_neighbours(self, ranked: list[tuple[Candidate, float]],

@@ -42,6 +42,7 @@ from common.limits import UserError
 from common.version import VERSION
 from library import MAX_CONTEXT, Library
 from ranking import filters
+from ranking.request import SearchRequest
 from service import multikb, watcher
 from surface import completions, http_guards, resources, stdio_transport, subscriptions, webui
 from surface.tool_errors import NoInternalErrors, PlainArgumentErrors, whole
@@ -178,9 +179,10 @@ async def search(
     Read a hit's exact lines with read_range(source, page, line_start, line_end, kb_id)
     before citing. Filters (path, types, dates, language) narrow the files before ranking.
     """
-    return await run(ctx, lambda lib: lib.search(
-        query, top_k, search_mode, kb_id, source, queries, diversity, expand, case_sensitive,
-        filters.parse(path, types, modified_after, modified_before, language)))
+    return await run(ctx, lambda lib: lib.search(SearchRequest.checked(
+        query, top_k, search_mode, kb_id, source, queries=queries, diversity=diversity,
+        expand=expand, case_sensitive=case_sensitive,
+        filters=filters.parse(path, types, modified_after, modified_before, language))))
 
 
 @mcp.tool(annotations=READ_ONLY)

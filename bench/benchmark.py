@@ -208,10 +208,12 @@ def _time_to_tools(base: Path) -> float:
 
 def _latencies(lib, kb_id: str, queries: list[str], mode: str) -> list[float]:
     """Milliseconds per query through Library.search, the function the `search` tool calls."""
+    from ranking.request import SearchRequest
+
     out = []
     for query in queries:
         start = time.perf_counter()
-        lib.search(query, 10, mode, kb_id, None)
+        lib.search(SearchRequest.checked(query, 10, mode, kb_id))
         out.append(1000 * (time.perf_counter() - start))
     return sorted(out)
 

@@ -388,9 +388,9 @@ def measure(searcher: search.Searcher, queries: list[Query], sources: dict[str, 
     table: dict[str, list[tuple[float, ...]]] = {name: [] for name in methods}
     start = time.perf_counter()
     for n, query in enumerate(queries, 1):
-        for name, kwargs in methods.items():
+        for name, method in methods.items():
             found = [widened(hit, min_lines)
-                     for hit in searcher.search(query.text, MRR_CUTOFF, **kwargs)]
+                     for hit in evaluate.searched(searcher, query.text, MRR_CUTOFF, method)]
             table[name].append(scores(found, query, sources[query.path]))
         if n % 100 == 0 or n == len(queries):
             print(f"  {n}/{len(queries)} queries, {time.perf_counter() - start:.0f} s",

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import chroma_store
@@ -46,6 +47,7 @@ from common import atomic
 from index import segment
 from pipeline.indexer import Indexer
 from ranking import hits
+from ranking.request import SearchRequest, SearchSettings
 
 # -----------------------------------------------------------------------------
 EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"  # the team's eval sets
@@ -207,7 +209,8 @@ def build_pdfs(name: str, cache: Path, embedding: dict | None = None) -> kbmod.K
 
 # ----------------------------------------------------------------------------- methods
 
-METHODS: dict[str, dict] = {  # name -> search() arguments; "default" is set per KB (methods)
+METHODS: dict[str, dict] = {  # name -> `mode` and SearchSettings fields (see searched);
+    # "default" is set per KB (methods)
     "bm25": {"mode": "bm25"},
     "vector": {"mode": "vector"},
     "rrf": {"mode": "auto", "fusion": "rrf"},
@@ -223,7 +226,7 @@ METHODS: dict[str, dict] = {  # name -> search() arguments; "default" is set per
 def methods(kb: kbmod.KnowledgeBase, only: list[str] | None = None) -> dict[str, dict]:
     """METHODS (or the `only` ones; BM25 always, as the baseline), the default being what a
     search of this KB gets: its weight depends on its embedder (search.default_weight)."""
-    settings = kbmod.search_settings(kb)
+    settings = asdict(kbmod.search_settings(kb))
     name = f"default ({settings['fusion']} {settings['vector_weight']})"
     own = {**METHODS, "default": {"mode": "auto", **settings},
            "no titles": {"mode": "auto", **settings, "title_weight": 0.0},
@@ -278,13 +281,22 @@ class KeywordPhrasing:
         return [" ".join(kept)] if kept and kept != words else []
 
 
-def ranked(searcher: search.Searcher, query: str, kwargs: dict,
+def searched(searcher: search.Searcher, query: str, top_k: int, method: dict,
+             phrasing: Callable[[str], list[str]] | None = None) -> list[hits.Hit]:
+    """A method's hits: its `mode` makes the request, with `phrasing`'s second phrasing of
+    the question when it has `"variants": "keywords"`; its other fields are the settings."""
+    fields = dict(method)
+    mode = fields.pop("mode")
+    keywords = fields.pop("variants", None) == "keywords"
+    queries = tuple(phrasing(query)) if keywords and phrasing else ()
+    return searcher.search(SearchRequest(query, top_k, mode, queries=queries),
+                           SearchSettings(**fields))
+
+
+def ranked(searcher: search.Searcher, query: str, method: dict,
            key: Callable[[hits.Hit], str], phrasing: Callable[[str], list[str]]) -> list[str]:
-    """Documents (or pages) in the order of their first hit; `"variants": "keywords"` asks
-    for `phrasing`'s second phrasing of the question."""
-    if kwargs.get("variants") == "keywords":
-        kwargs = {**kwargs, "variants": phrasing(query)}
-    return list(dict.fromkeys(map(key, searcher.search(query, HITS, **kwargs))))
+    """Documents (or pages) in the order of their first hit."""
+    return list(dict.fromkeys(map(key, searched(searcher, query, HITS, method, phrasing))))
 
 
 def ndcg(ranking: list[str], relevant: dict[str, int]) -> float:
@@ -315,8 +327,8 @@ def evaluate(searcher: search.Searcher, queries: dict[str, str], qrels: Qrels,
     phrasing = KeywordPhrasing(searcher)
     start = time.perf_counter()
     for n, (qid, relevant) in enumerate(qrels.items(), 1):
-        for name, kwargs in methods.items():
-            ranking = ranked(searcher, queries[qid], kwargs, key, phrasing)
+        for name, method in methods.items():
+            ranking = ranked(searcher, queries[qid], method, key, phrasing)
             scores[name].append((ndcg(ranking, relevant), recall(ranking, relevant),
                                  document_in_top(ranking, relevant)))
         if n % 100 == 0 or n == len(qrels):

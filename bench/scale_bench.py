@@ -311,14 +311,19 @@ def timed(runs: dict) -> dict:
 def measure_linecite(base: Path, queries: list[dict]) -> dict:
     """Every mode through Library.search (what the `search` tool calls), warm; then RSS."""
     import library
+    from ranking.request import SearchRequest
 
     lib = library.Library(base)
     texts = [q["text"] for q in queries]
     short, long = zip(*(needles(t, i) for i, t in enumerate(texts)), strict=True)
-    runs = {mode: (lambda q, m=mode: lib.search(q, TOP_K, m, KB_ID, None), texts)
-            for mode in ("bm25", "vector", "auto")}
-    runs["exact_short"] = (lambda q: lib.search(q, TOP_K, "exact", KB_ID, None), list(short))
-    runs["exact_long"] = (lambda q: lib.search(q, TOP_K, "exact", KB_ID, None), list(long))
+
+    def searcher(mode: str):
+        """One query's search in `mode`, as the tool makes it."""
+        return lambda q: lib.search(SearchRequest.checked(q, TOP_K, mode, KB_ID))
+
+    runs = {mode: (searcher(mode), texts) for mode in ("bm25", "vector", "auto")}
+    runs["exact_short"] = (searcher("exact"), list(short))
+    runs["exact_long"] = (searcher("exact"), list(long))
     for run, items in runs.values():
         for item in items[:WARMUP]:
             run(item)

@@ -4,7 +4,8 @@ for the rest), BM25 over numpy postings (bm25, the postings written by bm25_segm
 substring search over the raw lines (exact), the SQL pieces the searches share (query_sql),
 the states of sources and chunks with the embedding bookkeeping (states), the
 contextualizer's contexts (contexts), the schema and its numbered migrations
-(fulltext_schema), and the languages a source is written in (doc_language).
+(fulltext_schema), the languages a source is written in (doc_language), and what an error of
+SQLite on the index means to the user (store_errors).
 
 May import: common/ and the other modules of index/ (no cycles), never a root module.
 """

@@ -50,9 +50,9 @@ def source_uri(kb_id: str, source: str, page: int | None = None) -> str:
 def outline(library: Library, kb_id: str, source: str) -> dict:
     """A source's outline: its pages with their line counts (each page's URI beside it), and
     the headings found in its first OUTLINE_SCAN_LINES lines, where each is."""
-    kb_id = library.resolve(kb_id)
+    kb_id = library.kbs.resolve(kb_id)
     limits.check_name(source, "source")
-    with library.reading(kb_id) as entry:
+    with library.kbs.reading(kb_id) as entry:
         row = fulltext.source_row(entry.conn, source)
         if row is None:
             raise UserError(f"unknown source {shown(source)} in {kb_id!r}; list the resources "
@@ -118,12 +118,12 @@ def list_page(library: Library, cursor: str | None) -> tuple[list[dict], str | N
     """One resources/list answer: up to LIST_PAGE sources, KB by KB (in id order), each as
     {uri, name, title, description, mimeType}; and the cursor of the next, or None. A KB that
     cannot be read (empty, broken, damaged) is passed over: list_knowledge_bases says why."""
-    kbs = library.kb_ids()
+    kbs = library.kbs.kb_ids()
     kb_at, offset = _decode(cursor, kbs)
     listed: list[dict] = []
     for kb_id in kbs[kb_at:]:
         try:
-            with library.reading(kb_id) as entry:
+            with library.kbs.reading(kb_id) as entry:
                 rows = fulltext.list_sources(entry.conn, offset, LIST_PAGE - len(listed))
         except (UserError, kbmod.ConfigError):
             rows = []

@@ -42,6 +42,7 @@ import kb as kbmod
 from common import limits
 from common.limits import UserError
 from library import MAX_CONTEXT, Library
+from ranking.request import Mode, SearchRequest
 
 # ---------------------------------------------------------------------------
 STATIC = Path(__file__).resolve().parent.parent / "webui"  # the page's HTML, CSS and script
@@ -143,7 +144,6 @@ def overview(lib: Library, args: dict) -> dict:
     """Every KB with its status, counts, settings, live run and last run; the queue; the
     values the settings may take."""
     import queue_runner
-    import search
     from providers import embedders
     from ranking import fusion
 
@@ -154,14 +154,14 @@ def overview(lib: Library, args: dict) -> dict:
         kbs.append(item)
     return {"knowledge_bases": kbs, "queue": queue_runner.entries(lib.base),
             "allowed": {"embedders": embedders.PROVIDERS, "fusions": fusion.FUSIONS,
-                        "scopes": kbmod.SCOPES, "modes": get_args(search.Mode),
+                        "scopes": kbmod.SCOPES, "modes": get_args(Mode),
                         "max_top_k": limits.MAX_TOP_K, "max_context": MAX_CONTEXT}}
 
 
 def kb_details(lib: Library, kb_id: str) -> dict:
     """A KB's settings and get_index_info, its problem files grouped by reason."""
     kb = kbmod.load(lib.base, kb_id)
-    details = {"folders": kb.source_paths, "fusion": kbmod.search_settings(kb)["fusion"],
+    details = {"folders": kb.source_paths, "fusion": kbmod.search_settings(kb).fusion,
                "model": (kb.embedding or {}).get("model")}
     try:
         info = lib.get_index_info(kb_id)
@@ -207,21 +207,20 @@ def filtered_sources(lib: Library, kb_id: str, needle: str, offset: int, limit: 
 
 def run_search(lib: Library, args: dict) -> dict:
     """The search tool's arguments, from the page's form."""
-    import search
-
     queries = [q for q in args.get("queries") or [] if isinstance(q, str) and q.strip()]
     diversity = args.get("diversity")
     if diversity not in (None, ""):
         diversity = number(args, "diversity", 0, 100, 0) / 100  # the page sends a percentage
     else:
         diversity = None
-    return lib.search(text(args, "query", limits.MAX_QUERY_CHARS),
-                      number(args, "top_k", 1, limits.MAX_TOP_K, 10),
-                      choice(args, "mode", get_args(search.Mode), "auto"),
-                      text(args, "kb", limits.MAX_KB_ID_CHARS, required=False),
-                      text(args, "source", limits.MAX_NAME_CHARS, required=False),
-                      queries[:limits.MAX_QUERIES + 1] or None, diversity,
-                      args.get("expand") is not False, flag(args, "case_sensitive"))
+    return lib.search(SearchRequest.checked(
+        text(args, "query", limits.MAX_QUERY_CHARS),
+        number(args, "top_k", 1, limits.MAX_TOP_K, 10),
+        choice(args, "mode", get_args(Mode), "auto"),
+        text(args, "kb", limits.MAX_KB_ID_CHARS, required=False),
+        text(args, "source", limits.MAX_NAME_CHARS, required=False),
+        queries=queries[:limits.MAX_QUERIES + 1] or None, diversity=diversity,
+        expand=args.get("expand") is not False, case_sensitive=flag(args, "case_sensitive")))
 
 
 def read(lib: Library, args: dict) -> dict:
@@ -253,7 +252,7 @@ def add_folder(lib: Library, args: dict) -> dict:
     if flag(args, "create"):
         kb = kbmod.open_or_create(lib.base, kbmod.check_kb_id(kb_id, lib.base))
     else:
-        kb = kbmod.load(lib.base, lib.resolve(kb_id))
+        kb = kbmod.load(lib.base, lib.kbs.resolve(kb_id))
     added = kbmod.follow(kb, folder)
     return {"kb_id": kb.id, "added": added, "folders": kb.source_paths,
             "next": "start a reindex (scope full) to index the folder"}
@@ -261,7 +260,7 @@ def add_folder(lib: Library, args: dict) -> dict:
 
 def remove_folder(lib: Library, args: dict) -> dict:
     """Stop following a folder (its sources stay until the next full reindex drops them)."""
-    kb_id = lib.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
+    kb_id = lib.kbs.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
     path = text(args, "path", limits.MAX_PATH_CHARS)
     folders = kbmod.load(lib.base, kb_id).source_paths
     if path not in folders:
@@ -277,7 +276,7 @@ def remove_folder(lib: Library, args: dict) -> dict:
 
 def settings(lib: Library, args: dict) -> dict:
     """Set the embedder (provider and model) and the fusion; kb.update checks them."""
-    kb_id = lib.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
+    kb_id = lib.kbs.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
     provider = text(args, "embedder", 40, required=False)
     model = text(args, "model", 200, required=False)
     method = text(args, "fusion", 40, required=False)
@@ -293,7 +292,7 @@ def settings(lib: Library, args: dict) -> dict:
 
     kb = kbmod.update(lib.base, kb_id, change)
     result = {"kb_id": kb_id, "embedder": kb.embedding.get("provider", "builtin"),
-              "fusion": kbmod.search_settings(kb)["fusion"]}
+              "fusion": kbmod.search_settings(kb).fusion}
     if kb.embedding != before.embedding:
         result["next"] = "the embedder changed: start a reindex with scope 'embedding'"
     return result
@@ -313,9 +312,9 @@ def retry(lib: Library, args: dict) -> dict:
     """Index one failed source again from its file (ingest_file, inside the KB's folders)."""
     import fulltext
 
-    kb_id = lib.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
+    kb_id = lib.kbs.resolve(text(args, "kb", limits.MAX_KB_ID_CHARS))
     name = text(args, "source", limits.MAX_NAME_CHARS)
-    with lib.reading(kb_id) as entry:
+    with lib.kbs.reading(kb_id) as entry:
         row = fulltext.source_row(entry.conn, name)
     if row is None or not row["path"]:
         raise UserError(f"{limits.shown(name)} is no source of {kb_id!r} with a file to read "

@@ -28,6 +28,7 @@ import kb as kbmod
 import search
 from bench import benchmark
 from formats import audio, base
+from ranking.request import SearchRequest
 
 AUDIO = ("corpus", "audio")
 REPO = Path(__file__).resolve().parent.parent
@@ -340,7 +341,7 @@ def test_search_finds_spoken_phrases_with_their_time_and_reindex_never_transcrib
         searcher = search.Searcher(conn)
         for query, name in (("ask not what your country can do", "jfk.flac"),
                             ("语音识别模型", "funasr_asr_example.wav")):
-            hit = searcher.search(query, 1, "bm25")[0]
+            hit = searcher.search(SearchRequest(query, 1, "bm25"))[0]
             assert hit.source.endswith(name) and (hit.page, hit.line_start) == (1, 1)
             line = fulltext.page_lines(conn, hit.source, hit.page, hit.line_start,
                                        hit.line_start)

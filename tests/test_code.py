@@ -31,6 +31,7 @@ import library
 import search
 from formats import languages
 from index import segment
+from ranking.request import SearchRequest
 
 pytest.importorskip("tree_sitter_language_pack")
 
@@ -579,7 +580,7 @@ def test_ingest_and_search_a_folder_of_code_returns_the_function_and_its_lines(t
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     try:
         parsers = dict(conn.execute("SELECT name, parser FROM sources"))
-        hit = search.Searcher(conn).search("rotate polygon vertex", 3, "bm25")[0]
+        hit = search.Searcher(conn).search(SearchRequest("rotate polygon vertex", 3, "bm25"))[0]
         row = conn.execute("SELECT context FROM chunks WHERE chunk_id = ?",
                            (hit.chunk_id,)).fetchone()
         lines = [s.text for s in fulltext.read_lines(conn, hit.source, 1, hit.line_start,

@@ -24,6 +24,7 @@ import search
 from index import exact, segment
 from pipeline.indexer import PAUSE_ENV
 from providers import chat
+from ranking.request import SearchRequest
 
 MARKER = "zephyrkappa"  # a word only the model's contexts contain
 KEYS = {"anthropic": ("ANTHROPIC_API_KEY", "sk-ant-test-777"),
@@ -139,7 +140,7 @@ def bm25_sources(kb: kbmod.KnowledgeBase, query: str) -> list[str]:
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     try:
         return sorted(h.source.split("/")[-1]
-                      for h in search.Searcher(conn).search(query, 10, "bm25"))
+                      for h in search.Searcher(conn).search(SearchRequest(query, 10, "bm25")))
     finally:
         conn.close()
 
@@ -192,7 +193,7 @@ def test_each_provider_speaks_its_format_and_the_context_is_searched_not_shown(
     assert bm25_sources(kb, MARKER) == sorted(DOCS)
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     try:
-        hit = search.Searcher(conn).search(f"{MARKER} tide", 1, "bm25")[0]
+        hit = search.Searcher(conn).search(SearchRequest(f"{MARKER} tide", 1, "bm25"))[0]
         assert hit.text == DOCS["tide.txt"]
         assert [t for _, t in fulltext.page_lines(conn, "docs/tide.txt", 1)] == [
             DOCS["tide.txt"]]
@@ -221,7 +222,7 @@ def test_the_context_is_embedded_with_the_chunk_and_chroma_keeps_the_raw_text(
         try:
             stored = store._open().get(include=["documents"])["documents"]
             assert stored == [None] * 3  # the text lives in SQLite only (issue 16)
-            hits = search.Searcher(conn, store).search(f"{MARKER} rye", 3, "vector")
+            hits = search.Searcher(conn, store).search(SearchRequest(f"{MARKER} rye", 3, "vector"))
             assert hits[0].source == "docs/bakery.txt" and hits[0].text == DOCS["bakery.txt"]
         finally:
             store.close()

@@ -15,6 +15,9 @@ import ingest
 import kb as kbmod
 import search
 from ranking import definitions
+from ranking.request import SearchRequest, SearchSettings
+
+NO_DEFINITIONS = SearchSettings(definitions_first=False)  # auto without definitions.py's rule
 
 pytest.importorskip("tree_sitter_language_pack")
 
@@ -117,8 +120,9 @@ def repo(tmp_path):
 def _first(searcher: search.Searcher, query: str, lifted: bool = True) -> tuple[str, int]:
     """The first hit, with the definitions rule or without it (and without neighbours.py's
     lift, which also favours a file of two definitions that both match)."""
-    alone = {} if lifted else {"definitions_first": False, "neighbour_weight": 0.0}
-    hit = searcher.search(query, 5, "auto", **alone)[0]
+    alone = SearchSettings() if lifted else SearchSettings(definitions_first=False,
+                                                           neighbour_weight=0.0)
+    hit = searcher.search(SearchRequest(query, 5, "auto"), alone)[0]
     return hit.source, hit.line_start
 
 
@@ -130,7 +134,7 @@ def _first(searcher: search.Searcher, query: str, lifted: bool = True) -> tuple[
     ("read_chunk()", "repo/src/http_messages.py", 23),
 ])
 def test_auto_puts_the_defining_chunk_first(repo, query, source, line):
-    hit = repo.search(query, 5, "auto")[0]
+    hit = repo.search(SearchRequest(query, 5, "auto"))[0]
     assert hit.source == source and hit.line_start <= line <= hit.line_end, (query, hit)
     # without the rule the uses, tests and docs outrank the definition
     assert _first(repo, query, lifted=False) != _first(repo, query)
@@ -139,7 +143,7 @@ def test_auto_puts_the_defining_chunk_first(repo, query, source, line):
 @pytest.mark.parametrize(("query", "line", "other"), [("parseHTTPResponse", 9, 2),
                                                        ("parseHttpResponse", 2, 9)])
 def test_the_name_as_written_comes_before_another_case(repo, query, line, other):
-    first, second = repo.search(query, 5, "auto")[:2]
+    first, second = repo.search(SearchRequest(query, 5, "auto"))[:2]
     assert first.source == "repo/web/client.js"
     assert first.best_lines[0] <= line <= first.best_lines[1]  # as written first, then the
     # other case: in the same hit (the two definitions are one blank line apart) or the next
@@ -148,7 +152,7 @@ def test_the_name_as_written_comes_before_another_case(repo, query, line, other)
 
 
 def test_exact_lists_the_definition_as_written_then_in_another_case_then_uses(repo):
-    found = repo.search("parseHTTPResponse", 5, "exact")
+    found = repo.search(SearchRequest("parseHTTPResponse", 5, "exact"))
     assert [(h.source, h.line_start) for h in found[:2]] == [("repo/web/client.js", 9),
                                                              ("repo/web/client.js", 2)]
     assert {h.source for h in found[2:]} <= {"repo/web/client.js", "repo/README.md"}
@@ -158,8 +162,8 @@ def test_exact_lists_the_definition_as_written_then_in_another_case_then_uses(re
                                    "status line and headers"])
 def test_a_question_in_words_ranks_as_with_the_rule_off(repo, query):
     assert definitions.name_of(query) is None
-    on = repo.search(query, 10, "auto")
-    off = repo.search(query, 10, "auto", definitions_first=False)
+    on = repo.search(SearchRequest(query, 10, "auto"))
+    off = repo.search(SearchRequest(query, 10, "auto"), NO_DEFINITIONS)
     assert [(h.chunk_id, h.score) for h in on] == [(h.chunk_id, h.score) for h in off]
     assert on  # the question does find something
 
@@ -171,8 +175,8 @@ def test_a_kb_without_code_ranks_a_name_as_with_the_rule_off(tmp_path):
     try:
         searcher = search.Searcher(conn)
         for query in ("parse_http_response", "ResponseReader"):
-            on = searcher.search(query, 10, "auto")
-            off = searcher.search(query, 10, "auto", definitions_first=False)
+            on = searcher.search(SearchRequest(query, 10, "auto"))
+            off = searcher.search(SearchRequest(query, 10, "auto"), NO_DEFINITIONS)
             assert on and [(h.chunk_id, h.score) for h in on] == \
                 [(h.chunk_id, h.score) for h in off]
     finally:
@@ -189,8 +193,9 @@ def test_a_definition_the_legs_did_not_rank_is_still_first(tmp_path):
     conn = _searcher(tmp_path, {"src/tables.py": defined, **uses})
     try:
         searcher = search.Searcher(conn)
-        off = searcher.search("render_table", search.CANDIDATES, "auto", definitions_first=False)
-        on = searcher.search("render_table", 5, "auto")
+        off = searcher.search(SearchRequest("render_table", search.CANDIDATES, "auto"),
+                              NO_DEFINITIONS)
+        on = searcher.search(SearchRequest("render_table", 5, "auto"))
     finally:
         conn.close()
     assert "repo/src/tables.py" not in {h.source for h in off}

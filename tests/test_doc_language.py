@@ -14,6 +14,7 @@ from index import doc_language, fulltext_schema
 from ingest import ingest
 from library import Library
 from ranking.filters import NoMatch, parse
+from ranking.request import SearchRequest
 
 NOTES = {  # every note names the harbour crane, in its own language
     "ko.txt": "항구 크레인 점검 보고서\n항구의 크레인 harbour crane 점검을 오늘 마쳤습니다.\n",
@@ -69,7 +70,8 @@ def library(tmp_path_factory) -> Library:
 ])
 def test_the_language_filter_keeps_the_sources_written_in_it(library, mode, query, words,
                                                              expected):
-    found = library.search(query, 10, mode, "docs", None, filters=parse(language=words))
+    found = library.search(SearchRequest.checked(query, 10, mode, "docs",
+                                                 filters=parse(language=words)))
     assert {hit["source"] for hit in found["hits"]} == expected
 
 
@@ -77,8 +79,8 @@ def test_list_sources_names_each_language_and_no_match_lists_them(library):
     listed = {s["name"]: s["languages"] for s in library.list_sources("docs", 0, 50)["sources"]}
     assert listed["docs/ko.txt"] == "ko" and listed["docs/fr.txt"] == "latin", listed
     with pytest.raises(NoMatch, match=r"languages .*\bko \(1\).*\bzh \(1\)"):
-        library.search("harbour crane", 10, "bm25", "docs", None,
-                       filters=parse(language=["ru"]))
+        library.search(SearchRequest.checked("harbour crane", 10, "bm25", "docs",
+                                             filters=parse(language=["ru"])))
 
 
 def test_an_index_made_before_languages_gets_them_as_a_clean_index_has_them(tmp_path,

@@ -35,6 +35,7 @@ from providers.embedders import (
     EmbedderUnreachable,
     embedder_for,
 )
+from ranking.request import SearchRequest
 
 KEYS = {"openai": ("OPENAI_API_KEY", "sk-test-4242"), "gemini": ("GEMINI_API_KEY", "AIza-test"),
         "ollama": (None, None)}
@@ -416,7 +417,7 @@ def vector_search(kb: kbmod.KnowledgeBase, query: str) -> list[str]:
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
     try:
-        hits = search.Searcher(conn, store).search(query, 3, "vector")
+        hits = search.Searcher(conn, store).search(SearchRequest(query, 3, "vector"))
         return [Path(h.source).name for h in hits]
     finally:
         store.close()

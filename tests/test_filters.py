@@ -15,9 +15,11 @@ from conftest import text_pdf
 from test_embedders import KEYS, MODELS, Provider
 
 import kb as kbmod
+from common.limits import UserError
 from ingest import ingest
-from library import Library, UserError
+from library import Library
 from ranking import filters
+from ranking.request import SearchRequest
 
 QUERY = "payment terms invoice"
 T2023 = datetime(2023, 6, 1, tzinfo=timezone.utc).timestamp()
@@ -136,15 +138,15 @@ def test_each_filter_in_every_mode_equals_a_kb_of_only_the_matching_files(world,
     wanted = {f"docs/{name}" for name in kept}
     for mode in ("auto", "bm25", "vector", "exact"):
         query = "invoice" if mode == "exact" else QUERY
-        got = mixed.search(query, 50, mode, "docs", None, filters=narrow)
-        expected = alone.search(query, 50, mode, "docs", None)
+        got = mixed.search(SearchRequest.checked(query, 50, mode, "docs", filters=narrow))
+        expected = alone.search(SearchRequest.checked(query, 50, mode, "docs"))
         assert {h["source"] for h in got["hits"]} <= wanted, (label, mode)
         assert set(places(got)) == set(places(expected)), (label, mode)
         assert got["hits"], (label, mode)
         if mode == "vector":  # cosines do not depend on the corpus: the same scores
             assert scored(got) == scored(expected), label
         # the whole KB's top hits are all notes: filtering them afterwards would find nothing
-        whole = mixed.search(query, 10, mode, "docs", None)
+        whole = mixed.search(SearchRequest.checked(query, 10, mode, "docs"))
         if mode != "exact":
             assert not wanted & {h["source"] for h in whole["hits"]}, (label, mode)
 
@@ -152,21 +154,23 @@ def test_each_filter_in_every_mode_equals_a_kb_of_only_the_matching_files(world,
 def test_a_filter_matching_nothing_says_what_the_kb_holds(world):
     mixed, _, _ = world
     with pytest.raises(filters.NoMatch) as caught:
-        mixed.search(QUERY, 5, "auto", "docs", None, filters=filters.parse(types=["docx"]))
+        mixed.search(SearchRequest.checked(QUERY, 5, "auto", "docs",
+                                           filters=filters.parse(types=["docx"])))
     message = str(caught.value)
     assert "no source in 'docs' passes the filters (types ['docx'])" in message
     for held in ("pdf (1)", "code (2)", "mail (2)", "txt (63)", "python (1)", "typescript (1)",
                  "ko (1)", "2023-06-01", "2024-06-01"):
         assert held in message, held
     with pytest.raises(filters.NoMatch, match="passes the filters"):
-        mixed.search(QUERY, 5, "bm25", "docs", "docs/notes/n01.txt",
-                     filters=filters.parse(types=["pdf"]))
+        mixed.search(SearchRequest.checked(QUERY, 5, "bm25", "docs", "docs/notes/n01.txt",
+                                           filters=filters.parse(types=["pdf"])))
 
 
 def test_a_filter_and_a_source_together_take_what_both_allow(world):
     mixed, _, _ = world
-    got = mixed.search(QUERY, 10, "bm25", "docs", "docs/contracts/**",
-                       filters=filters.parse(modified_before="2024-01-01"))
+    got = mixed.search(SearchRequest.checked(
+        QUERY, 10, "bm25", "docs", "docs/contracts/**",
+        filters=filters.parse(modified_before="2024-01-01")))
     assert {h["source"] for h in got["hits"]} == {"docs/contracts/2023/old.txt"}
 
 
@@ -188,4 +192,5 @@ def test_a_filter_selecting_more_sources_than_the_bound_is_refused(world, monkey
     mixed, _, _ = world
     monkeypatch.setattr(filters, "MAX_FILTER_SOURCES", 5)
     with pytest.raises(UserError, match="select 60 sources in 'docs', more than the 5"):
-        mixed.search(QUERY, 5, "bm25", "docs", None, filters=filters.parse(path="notes/"))
+        mixed.search(SearchRequest.checked(QUERY, 5, "bm25", "docs",
+                                           filters=filters.parse(path="notes/")))

@@ -195,7 +195,7 @@ def test_a_locked_index_is_reported_busy_never_read_immutable(tmp_path, monkeypa
     path = tmp_path / fulltext.FILENAME
     with pytest.raises(fulltext.IndexUnavailable, match="not damaged: wait") as caught:
         fulltext.connect(path, readonly=True)
-    assert not isinstance(caught.value, sqlite3.DatabaseError)  # so never `is_damage`
+    assert not isinstance(caught.value, sqlite3.DatabaseError)  # so never `store_errors.is_damage`
     conn.close()  # the lock is released
     ro = fulltext.connect(path, readonly=True)
     assert fulltext.page_lines(ro, "b.txt", 1) == [(1, "beta")]

@@ -15,6 +15,7 @@ import ingest
 import kb as kbmod
 import search
 from ranking import fusion, neighbours
+from ranking.request import SearchRequest, SearchSettings
 
 
 def cand(name: str, bm25: float, cosine: float, bm25_rank: int | None,
@@ -131,14 +132,13 @@ def test_a_search_block_that_is_not_an_object_is_refused(tmp_path: Path) -> None
 
 def test_search_settings_default_to_search_py_and_take_the_kb_block(tmp_path: Path) -> None:
     kbmod.open_or_create(tmp_path, "docs")
-    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
-        "fusion": fusion.DEFAULT_FUSION, "vector_weight": 0.2, "title_weight": 0.3,
-        "diversity": 0.0, "neighbour_weight": neighbours.WEIGHT}
+    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == SearchSettings(
+        fusion.DEFAULT_FUSION, 0.2, title_weight=0.3, diversity=0.0,
+        neighbour_weight=neighbours.WEIGHT)
     write_config(tmp_path, {"search": {"fusion": "convex", "vectorWeight": 0}})
     kb = kbmod.load(tmp_path, "docs")
-    assert kbmod.search_settings(kb) == {"fusion": "convex", "vector_weight": 0,
-                                         "title_weight": 0.3,
-        "diversity": 0.0, "neighbour_weight": neighbours.WEIGHT}
+    assert kbmod.search_settings(kb) == SearchSettings(
+        "convex", 0, title_weight=0.3, diversity=0.0, neighbour_weight=neighbours.WEIGHT)
     assert kb.to_json()["search"] == {"fusion": "convex", "vectorWeight": 0}
 
 
@@ -150,13 +150,12 @@ def test_the_default_weight_follows_the_embedder(tmp_path: Path) -> None:
     assert fusion.default_weight("rrf", "openai") == 0.5
     openai = {"provider": "openai", "model": "m", "baseUrl": "http://127.0.0.1:9"}
     write_config(tmp_path, {"embedding": openai})
-    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == {
-        "fusion": "minmax", "vector_weight": 0.45, "title_weight": 0.3,
-        "diversity": 0.0, "neighbour_weight": neighbours.WEIGHT}
+    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")) == SearchSettings(
+        "minmax", 0.45, title_weight=0.3, diversity=0.0, neighbour_weight=neighbours.WEIGHT)
     write_config(tmp_path, {"embedding": openai, "search": {"vectorWeight": 0.2}})
-    assert kbmod.search_settings(kbmod.load(tmp_path, "docs"))["vector_weight"] == 0.2
+    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")).vector_weight == 0.2
     write_config(tmp_path, {"embedding": openai, "search": {"fusion": "convex"}})
-    assert kbmod.search_settings(kbmod.load(tmp_path, "docs"))["vector_weight"] == 0.3
+    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")).vector_weight == 0.3
 
 
 # --- a real KB: the setting reaches the ranking ----------------------------------------------
@@ -214,8 +213,8 @@ def ranking(base: Path, setting: dict | None) -> list[str]:
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
     store = chroma_store.open_store(kb.folder, kb.id, kb.embedding, kb.chroma_url)
     try:
-        hits = search.Searcher(conn, store).search("apple", 3, "auto",
-                                                   **kbmod.search_settings(kb))
+        hits = search.Searcher(conn, store).search(SearchRequest("apple", 3, "auto"),
+                                                   kbmod.search_settings(kb))
         return [Path(h.source).name for h in hits]
     finally:
         store.close()

@@ -19,6 +19,7 @@ import library
 from common import limits
 from index import segment
 from ranking import hits as hitsmod
+from ranking.request import SearchRequest
 
 TRACEMONKEY = ("corpus", "pdf", "en", "tracemonkey.pdf")
 LONG_TEXTS = (("corpus", "txt", "en", "norwich-city.txt"),  # one 741-line page
@@ -74,7 +75,7 @@ def assert_reads_back(lib: library.Library, kb_id: str, hit: dict) -> None:
 
 @pytest.mark.parametrize("query", QUERIES)
 def test_hits_on_real_files_stay_bounded_apart_and_read_back(lib, query):
-    found = lib.search(query, limits.MAX_TOP_K, "bm25", None, None)["hits"]
+    found = lib.search(SearchRequest.checked(query, limits.MAX_TOP_K, "bm25"))["hits"]
     assert_hits_point_at_evidence(lib, "docs", found)
 
 
@@ -83,7 +84,7 @@ def test_a_line_deep_in_a_page_is_in_the_hit_that_cites_it(lib):
     # the hit cited line 104 (the one the query names) without showing it
     line = "nesting. The problem is that outer loop traces often abort during"
     number = next(n for n, text in page_lines(lib, "tracemonkey.pdf", 7) if text == line)
-    found = lib.search("trace loop problem nesting.", 5, "bm25", None, None)["hits"]
+    found = lib.search(SearchRequest.checked("trace loop problem nesting.", 5, "bm25"))["hits"]
     citing = [h for h in found
               if h["page"] == 7 and h["line_start"] <= number <= h["line_end"]]
     assert citing and line in citing[0]["text"].split("\n"), found
@@ -91,7 +92,7 @@ def test_a_line_deep_in_a_page_is_in_the_hit_that_cites_it(lib):
 
 
 def page_lines(lib: library.Library, source: str, page: int) -> list[tuple[int, str]]:
-    with lib.reading("docs") as entry:
+    with lib.kbs.reading("docs") as entry:
         return fulltext.page_lines(entry.conn, source, page)
 
 
@@ -103,7 +104,7 @@ def whole_page_hit(lib: library.Library, page: int, best: tuple[int, int]) -> hi
 
 
 def shown(lib: library.Library, hit: hitsmod.Hit, query: str) -> dict:
-    with lib.reading("docs") as entry:
+    with lib.kbs.reading("docs") as entry:
         hitsmod.with_text(entry.conn, [hit], query, segment.tokens)
     return hit.to_json()
 
@@ -193,7 +194,7 @@ def test_vector_hits_on_tracemonkey_point_at_evidence(tmp_path):
     lib = build(tmp_path, "vec", {"provider": "builtin"}, [shared_path(*TRACEMONKEY)])
     try:
         for query in QUERIES[:3] + ("how does the recorder handle nested loops",):
-            found = lib.search(query, 20, "vector", "vec", None)["hits"]
+            found = lib.search(SearchRequest.checked(query, 20, "vector", "vec"))["hits"]
             assert_hits_point_at_evidence(lib, "vec", found)
     finally:
         lib.close()

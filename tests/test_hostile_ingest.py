@@ -5,6 +5,7 @@ and a damaged index. Real files, real SQLite, real processes."""
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,9 @@ import formats.base
 import fulltext
 import ingest
 import kb as kbmod
-from index import exact, segment
+from common.limits import UserError
+from index import exact, segment, store_errors
+from library import Library
 from pipeline.indexer import MAX_FILE_ENV, PAUSE_ENV
 from sources import folders
 
@@ -442,6 +445,73 @@ def test_read_only_kb_folder_gives_one_clear_line(tmp_path):
         for path in base.rglob("*"):
             path.chmod(0o755)
         shutil.rmtree(base)
+
+
+def real_error(work) -> sqlite3.DatabaseError:
+    """The error SQLite raises for `work()`."""
+    with pytest.raises(sqlite3.DatabaseError) as caught:
+        work()
+    return caught.value
+
+
+def test_a_storage_error_means_one_thing_to_the_server_and_the_cli(tmp_path):
+    # issue 46: library.py (is_damage, damaged) and ingest.py (_store_error) each said what a
+    # SQLite error meant, in two texts; an ingest through the server that met a lock held by
+    # another program, a read-only index or a full disk answered an internal error
+    index = tmp_path / "fulltext.sqlite3"
+    index.write_bytes(b"not an index " * 400)
+    garbage = real_error(lambda: sqlite3.connect(index).execute("SELECT * FROM sqlite_master"))
+    gone = real_error(lambda: sqlite3.connect(tmp_path / "gone" / fulltext.FILENAME))
+    other = tmp_path / "other.sqlite3"
+    holder = sqlite3.connect(other, isolation_level=None)
+    holder.execute("CREATE TABLE t (x UNIQUE)")
+    holder.execute("INSERT INTO t VALUES (1)")
+    bug = real_error(lambda: holder.execute("INSERT INTO t VALUES (1)"))
+    holder.execute("BEGIN EXCLUSIVE")
+    locked = real_error(lambda: sqlite3.connect(other, timeout=0).execute("SELECT * FROM t"))
+    holder.execute("COMMIT")
+    readonly = real_error(lambda: sqlite3.connect(f"{other.as_uri()}?mode=ro", uri=True)
+                          .execute("INSERT INTO t VALUES (2)"))
+    holder.close()
+
+    def told(err: sqlite3.DatabaseError, writing: bool) -> str | None:
+        found = store_errors.user_error("docs", index, err, writing)
+        return None if found is None else str(found)
+
+    for writing in (False, True):
+        damaged = store_errors.user_error("docs", index, garbage, writing)
+        assert isinstance(damaged, store_errors.KBDamaged)
+        assert f"{index} cannot be read" in str(damaged)
+        assert "`python ingest.py --kb docs --rebuild`" in str(damaged)
+        assert told(bug, writing) is None  # a bug is raised as it is, never "rebuild"
+    assert "is damaged" in told(gone, False)  # the server cannot open the file it serves
+    assert "make the KB folder writable" in told(gone, True)  # an ingest cannot make it
+    assert told(locked, False) is None  # a busy read is no damage
+    assert "locked by another program" in told(locked, True)
+    assert "make the KB folder writable" in told(readonly, True)
+
+
+@pytest.mark.slow  # the indexer waits out its 10 s busy timeout first
+def test_ingest_file_while_another_program_holds_the_index_says_to_retry(tmp_path):
+    # issue 46: library.ingest_file asked is_damage alone, so a lock held by another program
+    # (a SQLite browser with the index open for writing) came back as an internal error,
+    # where the command line said to retry when that program is done
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("A note on the pump valve.", encoding="utf-8")
+    (docs / "b.txt").write_text("A second note.", encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base", "docs", source_paths=(docs,))
+    assert ingest.ingest(kb, [docs / "a.txt"]).indexed == 1
+    browser = sqlite3.connect(kb.fulltext_path, timeout=0, isolation_level=None)
+    browser.execute("BEGIN IMMEDIATE")
+    browser.execute("UPDATE sources SET name = name")
+    lib = Library(tmp_path / "base")
+    try:
+        with pytest.raises(UserError, match="locked by another program .*retry when it is done"):
+            lib.ingest_file(str(docs / "b.txt"), None, "docs")
+    finally:
+        lib.close()
+        browser.close()
 
 
 def test_sync_skips_office_lock_files_and_dot_files(tmp_path):

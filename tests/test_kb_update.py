@@ -33,10 +33,10 @@ def test_a_valid_change_is_written_and_other_fields_kept(base):
         data["search"] = {"fusion": "rrf"}
 
     kb = kbmod.update(base, "notes", change)
-    assert kbmod.search_settings(kb)["fusion"] == "rrf"
+    assert kbmod.search_settings(kb).fusion == "rrf"
     data = read_config(base)
     assert data["search"] == {"fusion": "rrf"} and data["note for people"] == "kept as written"
-    assert kbmod.search_settings(kbmod.load(base, "notes"))["fusion"] == "rrf"
+    assert kbmod.search_settings(kbmod.load(base, "notes")).fusion == "rrf"
 
 
 @pytest.mark.parametrize("block, field", [

@@ -24,9 +24,11 @@ from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from test_embedders import KEYS, MODELS, Provider
 
 import kb as kbmod
+from common.limits import UserError
 from ingest import ingest
-from library import Library, UserError
+from library import Library
 from ranking import filters
+from ranking.request import SearchRequest
 from service import multikb
 
 REPO = Path(__file__).resolve().parent.parent
@@ -163,9 +165,9 @@ def test_every_kb_beyond_the_bound_is_refused_with_the_way_out(world, monkeypatc
     try:
         with pytest.raises(UserError, match='"\\*" would search 4 knowledge bases; one search '
                                             "takes at most 3: pass a list"):
-            library.search(QUERY, 5, "bm25", "*", None)
-        got = library.search(QUERY, 5, "bm25", ["notes", "manuals"], None,
-                             filters=filters.parse(path="n0*.txt"))
+            library.search(SearchRequest.checked(QUERY, 5, "bm25", "*"))
+        got = library.search(SearchRequest.checked(QUERY, 5, "bm25", ["notes", "manuals"],
+                                                   filters=filters.parse(path="n0*.txt")))
         assert {h["kb_id"] for h in got["hits"]} == {"notes"}
     finally:
         library.close()

@@ -15,6 +15,7 @@ import ingest
 import kb as kbmod
 import search
 from ranking import neighbours
+from ranking.request import SearchRequest, SearchSettings
 
 STYLE = '''"""Terminal styles."""
 
@@ -86,7 +87,7 @@ def code(tmp_path: Path):
 
 
 def test_a_definition_beside_the_match_joins_its_hit(code):
-    first = code.search(QUERY, 3, "auto")[0]
+    first = code.search(SearchRequest(QUERY, 3, "auto"))[0]
     assert first.source.endswith("style.py")
     assert first.line_start <= CLEAR_LINE and COPY_LINE <= first.line_end  # one hit, both
     assert first.best_lines[0] <= CLEAR_LINE <= first.best_lines[1]  # the match ranks it
@@ -94,7 +95,7 @@ def test_a_definition_beside_the_match_joins_its_hit(code):
 
 
 def test_without_the_lift_the_neighbour_is_outranked(code):
-    found = code.search(QUERY, 3, "auto", neighbour_weight=0.0)
+    found = code.search(SearchRequest(QUERY, 3, "auto"), SearchSettings(neighbour_weight=0.0))
     assert not any(h.source.endswith("style.py") and h.line_start <= COPY_LINE <= h.line_end
                    for h in found)
 
@@ -102,7 +103,7 @@ def test_without_the_lift_the_neighbour_is_outranked(code):
 def test_a_neighbour_no_leg_supports_is_not_lifted(code):
     # "removed" is only in clear_meta_and_links (past the docstring's first paragraph, which
     # duplicate()'s context holds): duplicate() matches nothing, so it stays out
-    found = code.search("removed", 5, "auto")
+    found = code.search(SearchRequest("removed", 5, "auto"))
     assert [(h.source.rsplit("/", 1)[-1], h.line_end < COPY_LINE) for h in found] == \
         [("style.py", True)]
 
@@ -110,22 +111,23 @@ def test_a_neighbour_no_leg_supports_is_not_lifted(code):
 def test_documents_are_ranked_alone(tmp_path: Path):
     docs = _searcher(tmp_path, ".md")
     try:
-        assert [(h.source, h.line_start, h.line_end) for h in docs.search(QUERY, 5, "auto")] \
+        ask = SearchRequest(QUERY, 5, "auto")
+        assert [(h.source, h.line_start, h.line_end) for h in docs.search(ask)] \
             == [(h.source, h.line_start, h.line_end)
-                for h in docs.search(QUERY, 5, "auto", neighbour_weight=0.0)]
+                for h in docs.search(ask, SearchSettings(neighbour_weight=0.0))]
     finally:
         docs.conn.close()
 
 
 def test_the_kb_setting_turns_it_off_and_is_bounded(tmp_path: Path):
     kb = kbmod.open_or_create(tmp_path, "repo")
-    assert kbmod.search_settings(kb)["neighbour_weight"] == neighbours.WEIGHT > 0
+    assert kbmod.search_settings(kb).neighbour_weight == neighbours.WEIGHT > 0
     config = json.loads((kb.folder / "config.json").read_text(encoding="utf-8"))
     for weight, fine in ((0, True), (2, False)):
         (kb.folder / "config.json").write_text(
             json.dumps({**config, "search": {"neighbourWeight": weight}}), encoding="utf-8")
         if fine:
-            assert kbmod.search_settings(kbmod.load(tmp_path, "repo"))["neighbour_weight"] == 0
+            assert kbmod.search_settings(kbmod.load(tmp_path, "repo")).neighbour_weight == 0
         else:
             with pytest.raises(kbmod.ConfigError, match="search.neighbourWeight"):
                 kbmod.load(tmp_path, "repo")

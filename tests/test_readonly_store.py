@@ -32,9 +32,12 @@ from test_hostile_server import read_only_folder
 import chroma_store
 import ingest
 from common import limits, run_status
+from common.limits import UserError
 from common.pidlock import PidLock
-from library import Library, UserError, being_updated
+from library import Library
 from pipeline import indexer
+from ranking.request import SearchRequest
+from service.kb_search import being_updated
 
 REPO = Path(__file__).resolve().parent.parent
 QUERY = "cargo containers crane"  # harbour.txt's words
@@ -90,6 +93,11 @@ def stdio_client(base: Path) -> Client:
     return Client(transport, timeout=180)
 
 
+def ask(mode: str, query: str = QUERY) -> SearchRequest:
+    """The search tool's request: `query`'s 3 best hits of KB docs in `mode`."""
+    return SearchRequest.checked(query, 3, mode, "docs")
+
+
 def top(found: dict) -> str:
     """The file name of a search's first hit."""
     return Path(found["hits"][0]["source"]).name
@@ -110,7 +118,7 @@ async def test_a_read_only_kb_is_served_in_every_mode(tmp_path, ollama, copies):
         library = Library(tmp_path / "base")
         try:
             for mode in MODES:
-                found = library.search(QUERY, 3, mode, "docs", None)
+                found = library.search(ask(mode))
                 assert "degraded" not in found, (mode, found)
                 assert top(found) == "harbour.txt", (mode, found)
             assert library.get_index_info("docs").get("warnings") is None
@@ -131,7 +139,7 @@ def test_a_writable_kb_is_served_in_place(tmp_path, ollama, copies):
     indexed_kb(tmp_path, ollama)
     library = Library(tmp_path / "base")
     try:
-        assert top(library.search(QUERY, 3, "vector", "docs", None)) == "harbour.txt"
+        assert top(library.search(ask("vector"))) == "harbour.txt"
     finally:
         library.close()
     assert not copies.exists()  # no copy of a store chromadb can open where it is
@@ -192,7 +200,7 @@ def test_a_search_while_an_indexer_commits_never_reopens_chroma_on_its_thread(
     library = Library(tmp_path / "base")
     run = None
     try:
-        assert top(library.search(QUERY, 3, "vector", "docs", None)) == "harbour.txt"
+        assert top(library.search(ask("vector"))) == "harbour.txt"
         assert opens.on(me) == 1
         write_docs(tmp_path / "more", {"zeppelin.txt": "The zeppelin hangar reopens in May."})
         run = threading.Thread(target=ingest.ingest, args=(kb, [tmp_path / "more"]))
@@ -201,27 +209,27 @@ def test_a_search_while_an_indexer_commits_never_reopens_chroma_on_its_thread(
         assert PidLock(kb.folder / run_status.WRITER_LOCK, "").holder() is not None
         # committed lines, no vectors yet: keyword search sees it, nothing reopens Chroma
         for mode in ("bm25", "vector", "auto"):
-            found = library.search("zeppelin hangar", 3, mode, "docs", None)
+            found = library.search(ask(mode, "zeppelin hangar"))
             if mode != "vector":
                 assert top(found) == "zeppelin.txt", found
         assert opens.threads == [me], "a search during the run reopened the store"
         # the refresh falls due: it opens on a thread of its own and the search goes on
         monkeypatch.setattr(limits, "STORE_REFRESH_EVERY", 0.0)
-        library.search(QUERY, 3, "vector", "docs", None)
+        library.search(ask("vector"))
         refresher = "linecite-refresh-docs"
         waited = time.monotonic()
         while not opens.on(refresher) and time.monotonic() - waited < 60:
             time.sleep(0.05)
         assert opens.on(refresher) == 1 and opens.on(me) == 1
-        entry = library.get("docs")
+        entry = library.kbs.get("docs")
         if entry.refresh is not None:
             entry.refresh.thread.join(60)
-        assert top(library.search(QUERY, 3, "vector", "docs", None)) == "harbour.txt"
+        assert top(library.search(ask("vector"))) == "harbour.txt"
         assert entry.refresh is None and entry.generation == 1  # the fresh store serves
         # the run ends: the next search waits for one refresh and finds the new vectors
         ollama.release.set()
         run.join(60)
-        found = library.search("zeppelin hangar", 3, "vector", "docs", None)
+        found = library.search(ask("vector", "zeppelin hangar"))
         assert top(found) == "zeppelin.txt", found
         assert opens.on(me) == 1 and len(opens.threads) == 3
     finally:
@@ -253,7 +261,7 @@ def test_what_the_server_writes_in_a_writable_store(tmp_path, ollama):
     library = Library(tmp_path / "base")
     try:
         for mode in MODES:
-            assert top(library.search(QUERY, 3, mode, "docs", None)) == "harbour.txt"
+            assert top(library.search(ask(mode))) == "harbour.txt"
     finally:
         library.close()
     assert chroma_rows(folder) == (rows, opens + 1)
@@ -315,10 +323,10 @@ def test_read_range_never_waits_behind_a_store_reload(tmp_path, ollama, monkeypa
     kb = indexed_kb(tmp_path, ollama)
     loads = HeldLoads(monkeypatch)
     library = Library(tmp_path / "base")
-    searching = threading.Thread(target=library.search, args=(QUERY, 3, "vector", "docs", None))
+    searching = threading.Thread(target=library.search, args=(ask("vector"),))
     timer = threading.Timer(10, loads.release.set)  # the old code waited here until this
     try:
-        hit = library.search(QUERY, 3, "vector", "docs", None)["hits"][0]
+        hit = library.search(ask("vector"))["hits"][0]
         write_docs(tmp_path / "more", {"pier.txt": "The pier lights were repaired."})
         assert ingest.ingest(kb, [tmp_path / "more"]).indexed == 1
         searching.start()  # its store is stale and no run holds the KB: it reloads, and waits
@@ -346,12 +354,12 @@ def test_a_store_left_behind_by_a_write_is_opened_afresh_and_asked_again(tmp_pat
     library = Library(tmp_path / "base")
     run = None
     try:
-        assert top(library.search(QUERY, 3, "auto", "docs", None)) == "harbour.txt"  # loaded
+        assert top(library.search(ask("auto"))) == "harbour.txt"  # loaded
         write_docs(tmp_path / "docs", {"zeppelin.txt": "The zeppelin hangar crane at dawn."})
         run = cli(tmp_path / "base", str(tmp_path / "docs"), "--kb", "docs",
                   **{indexer.PAUSE_ENV: "mid-upsert"})
         wait_for_line(run, "paused at mid-upsert")  # its vector written, the run still holds the KB
-        found = library.search("zeppelin hangar crane", 3, "auto", "docs", None)
+        found = library.search(ask("auto", "zeppelin hangar crane"))
         assert "degraded" not in found, found
         assert "zeppelin.txt" in {top({"hits": [h]}) for h in found["hits"]}
         assert any(h["ranks"]["vector"] for h in found["hits"])  # the vector half answered
@@ -390,9 +398,9 @@ def test_a_vector_query_failing_under_a_write_is_asked_again_then_said_plainly(
     indexed_kb(tmp_path, ollama)
     library = Library(tmp_path / "base")
     try:
-        assert top(library.search(QUERY, 3, "vector", "docs", None)) == "harbour.txt"
+        assert top(library.search(ask("vector"))) == "harbour.txt"
         LeftBehind(monkeypatch, failures)
-        found = library.search(QUERY, 3, "auto", "docs", None)
+        found = library.search(ask("auto"))
         assert top(found) == "harbour.txt"
         if failures == 1:
             assert "degraded" not in found and found["hits"][0]["ranks"]["vector"] == 1
@@ -402,7 +410,7 @@ def test_a_vector_query_failing_under_a_write_is_asked_again_then_said_plainly(
         assert "InternalError" not in json.dumps(found) and "finding id" not in json.dumps(found)
         LeftBehind(monkeypatch, failures)
         with pytest.raises(UserError) as refused:  # the server sends it as a ToolError
-            library.search(QUERY, 3, "vector", "docs", None)
+            library.search(ask("vector"))
         assert str(refused.value) == being_updated("docs")
     finally:
         library.close()

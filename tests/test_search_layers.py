@@ -11,10 +11,12 @@ from test_query_expansion import KEY, Chat
 
 import kb as kbmod
 from common import limits
+from common.limits import UserError
 from ingest import ingest
-from library import Library, UserError
+from library import Library
 from ranking import query_expansion as qe
 from ranking import rerank
+from ranking.request import SearchRequest
 
 ENGLISH = "which statistical models forecast time series with seasonal patterns"
 KOREAN = "계절성 시계열 예측 모델"
@@ -72,9 +74,9 @@ def sources(result: dict, n: int = 3) -> list[str]:
 
 def test_a_korean_phrasing_beside_the_english_one_finds_the_korean_page(tmp_path, papers):
     lib = library_with(tmp_path, papers)
-    alone = lib.search(ENGLISH, 3, "auto", "docs", None)
+    alone = lib.search(SearchRequest.checked(ENGLISH, 3, "auto", "docs"))
     assert STORY not in sources(alone)  # English words alone find the English paper
-    both = lib.search(ENGLISH, 3, "auto", "docs", None, queries=[KOREAN])
+    both = lib.search(SearchRequest.checked(ENGLISH, 3, "auto", "docs", queries=[KOREAN]))
     assert both["queries"] == [ENGLISH, KOREAN]
     story = [hit for hit in both["hits"] if hit["source"] == STORY]
     assert story and 1 in story[0]["queries"], both["hits"]
@@ -82,17 +84,16 @@ def test_a_korean_phrasing_beside_the_english_one_finds_the_korean_page(tmp_path
     assert "queries" not in alone and "queries" not in alone["hits"][0]
 
 
-def test_phrasings_are_bounded_before_any_work(tmp_path):
-    lib = library_with(tmp_path, {"a.txt": "alpha beta"})
+def test_phrasings_are_bounded_before_any_work():
     with pytest.raises(UserError, match="at most 5"):
-        lib.search("alpha", 3, "auto", "docs", None, queries=["beta"] * 6)
+        SearchRequest.checked("alpha", 3, "auto", "docs", queries=["beta"] * 6)
     with pytest.raises(UserError, match="queries"):
-        lib.search("alpha", 3, "auto", "docs", None, queries=["x" * 5000])
+        SearchRequest.checked("alpha", 3, "auto", "docs", queries=["x" * 5000])
     document = "A pasted document, line after line. " * 30_000  # ~1 MB as one phrasing
     with pytest.raises(UserError, match="queries"):
-        lib.search("alpha", 3, "auto", "docs", None, queries=["beta", document])
+        SearchRequest.checked("alpha", 3, "auto", "docs", queries=["beta", document])
     with pytest.raises(UserError, match="at most 5"):
-        lib.search("alpha", 3, "auto", "docs", None, queries=["beta"] * 10_000)
+        SearchRequest.checked("alpha", 3, "auto", "docs", queries=["beta"] * 10_000)
 
 
 def test_query_expansion_is_sent_cached_and_bounded(tmp_path, papers):
@@ -101,17 +102,17 @@ def test_query_expansion_is_sent_cached_and_bounded(tmp_path, papers):
         block = {"provider": "openai", "model": "m", "baseUrl": chat.url, "timeout": 1.0,
                  "apiKeyPreset": "OpenAI"}
         lib = library_with(tmp_path, papers, queryExpansion=block)
-        result = lib.search(ENGLISH, 3, "auto", "docs", None)
+        result = lib.search(SearchRequest.checked(ENGLISH, 3, "auto", "docs"))
         assert len(chat.requests) == 1 and ENGLISH in json.dumps(chat.requests[0]["body"])
         assert KOREAN in result["queries"] and "expansion" not in result
         assert STORY in [hit["source"] for hit in result["hits"]]
-        lib.search(ENGLISH, 3, "auto", "docs", None)
+        lib.search(SearchRequest.checked(ENGLISH, 3, "auto", "docs"))
         assert len(chat.requests) == 1  # the same question again: from the cache
-        lib.search(ENGLISH, 3, "auto", "docs", None, expand=False)
+        lib.search(SearchRequest.checked(ENGLISH, 3, "auto", "docs", expand=False))
         assert len(chat.requests) == 1
         chat.hold = True
         start = time.monotonic()
-        slow = lib.search("seasonal patterns in loops", 3, "auto", "docs", None)
+        slow = lib.search(SearchRequest.checked("seasonal patterns in loops", 3, "auto", "docs"))
         assert time.monotonic() - start < 3.0
         assert "expansion failed" in slow["expansion"] and slow["hits"]
         assert "queries" not in slow
@@ -128,11 +129,11 @@ def test_a_reranker_reorders_and_a_failing_one_leaves_the_fused_order(tmp_path, 
                  "timeout": 2.0}
         lib = library_with(tmp_path, papers, rerank=block)
         api.status = 500  # first the fused order, as a reranker that fails leaves it
-        failed = lib.search("trace tree loop", 5, "bm25", "docs", None)
+        failed = lib.search(SearchRequest.checked("trace tree loop", 5, "bm25", "docs"))
         fused = [(h["page"], h["line_start"]) for h in failed["hits"]]
         assert len(fused) == 5 and "rerank skipped" in failed["degraded"]
         api.status = 200
-        reranked = lib.search("trace tree loop", 5, "bm25", "docs", None)
+        reranked = lib.search(SearchRequest.checked("trace tree loop", 5, "bm25", "docs"))
         request = api.requests[-1]
         assert request["body"]["query"] == "trace tree loop"
         assert len(request["body"]["documents"]) == 5
@@ -140,7 +141,7 @@ def test_a_reranker_reorders_and_a_failing_one_leaves_the_fused_order(tmp_path, 
         assert [(h["page"], h["line_start"]) for h in reranked["hits"]] == fused[::-1]
         assert "degraded" not in reranked
         api.status = 500
-        failed = lib.search("trace tree loop", 5, "bm25", "docs", None)
+        failed = lib.search(SearchRequest.checked("trace tree loop", 5, "bm25", "docs"))
         assert "rerank skipped" in failed["degraded"]
         assert [h["ranks"].get("rerank") for h in failed["hits"]] == [None] * 5
     finally:
@@ -151,10 +152,9 @@ def test_diversity_prefers_hits_unlike_those_above(tmp_path):
     same = "The quarterly revenue grew in every region and segment this year."
     other = "Revenue in one region fell after the plant closed."
     lib = library_with(tmp_path, {"a.txt": same, "copy-of-a.txt": same, "b.txt": other})
-    by_relevance = lib.search("quarterly revenue region segment", 2, "bm25", "docs", None,
-                              diversity=0.0)
-    diverse = lib.search("quarterly revenue region segment", 2, "bm25", "docs", None,
-                         diversity=0.7)
+    query = "quarterly revenue region segment"
+    by_relevance = lib.search(SearchRequest.checked(query, 2, "bm25", "docs", diversity=0.0))
+    diverse = lib.search(SearchRequest.checked(query, 2, "bm25", "docs", diversity=0.7))
     assert {h["source"] for h in by_relevance["hits"]} == {"docs/a.txt", "docs/copy-of-a.txt"}
     assert {h["source"] for h in diverse["hits"]} == {"docs/a.txt", "docs/b.txt"} or \
         {h["source"] for h in diverse["hits"]} == {"docs/copy-of-a.txt", "docs/b.txt"}
@@ -163,8 +163,8 @@ def test_diversity_prefers_hits_unlike_those_above(tmp_path):
 def test_exact_mode_can_match_the_case_too(tmp_path):
     code = "def getURL():\n    pass\n\ndef getUrl():\n    pass\n"
     lib = library_with(tmp_path, {"a.py": code})
-    folded = lib.search("getURL", 5, "exact", "docs", None)
-    cased = lib.search("getURL", 5, "exact", "docs", None, case_sensitive=True)
+    folded = lib.search(SearchRequest.checked("getURL", 5, "exact", "docs"))
+    cased = lib.search(SearchRequest.checked("getURL", 5, "exact", "docs", case_sensitive=True))
     assert [h["line_start"] for h in folded["hits"]] == [1, 4]
     assert [(h["line_start"], h["text"]) for h in cased["hits"]] == [(1, "def getURL():")]
 
@@ -178,11 +178,12 @@ def test_exact_puts_a_definition_in_code_before_its_uses(tmp_path):
                        "  public static String parseHeader(String line) {\n    return line;\n"
                        "  }\n}\n",
         "notes.txt": "We call parse_header twice.\ndef parse_header is not code here.\n"})
-    first = lib.search("parse_header", 3, "exact", "docs", None)["hits"][0]
+    first = lib.search(SearchRequest.checked("parse_header", 3, "exact", "docs"))["hits"][0]
     assert (first["source"], first["line_start"]) == ("docs/core.py", 5)
-    java = lib.search("parseHeader", 3, "exact", "docs", None, case_sensitive=True)["hits"]
+    java = lib.search(SearchRequest.checked("parseHeader", 3, "exact", "docs",
+                                            case_sensitive=True))["hits"]
     assert (java[0]["source"], java[0]["line_start"]) == ("docs/Reader.java", 3)
-    notes = lib.search("parse_header", 5, "exact", "docs", "docs/notes.txt")
+    notes = lib.search(SearchRequest.checked("parse_header", 5, "exact", "docs", "docs/notes.txt"))
     assert [h["line_start"] for h in notes["hits"]] == [1]  # prose keeps document order
     assert notes["hits"][0]["line_end"] == 2
 
@@ -193,20 +194,21 @@ def test_a_source_glob_limits_every_mode_to_the_files_it_matches(tmp_path):
                                   "docs/parse.md": text, "tests/test_parse.py": "# " + text})
     for mode in ("auto", "bm25", "exact"):
         query = "header line" if mode == "exact" else "parser header"
-        deep = lib.search(query, 10, mode, "docs", "docs/src/**/*.py")
+        deep = lib.search(SearchRequest.checked(query, 10, mode, "docs", "docs/src/**/*.py"))
         assert {h["source"] for h in deep["hits"]} == {"docs/src/app/parse.py",
                                                        "docs/src/util.py"}, mode
-        one = lib.search(query, 10, mode, "docs", "docs/src/*/*.py")
+        one = lib.search(SearchRequest.checked(query, 10, mode, "docs", "docs/src/*/*.py"))
         assert {h["source"] for h in one["hits"]} == {"docs/src/app/parse.py"}, mode
-    assert {h["source"] for h in lib.search("header", 10, "bm25", "docs", "docs/*/[!t]*.??")[
-        "hits"]} == {"docs/docs/parse.md", "docs/src/util.py"}
+    sets = lib.search(SearchRequest.checked("header", 10, "bm25", "docs", "docs/*/[!t]*.??"))
+    assert {h["source"] for h in sets["hits"]} == {"docs/docs/parse.md", "docs/src/util.py"}
     with pytest.raises(UserError, match="no source in 'docs' matches"):
-        lib.search("header", 10, "bm25", "docs", "docs/**/*.rs")
+        lib.search(SearchRequest.checked("header", 10, "bm25", "docs", "docs/**/*.rs"))
 
 
 def test_a_glob_matching_more_sources_than_the_bound_is_refused(tmp_path, monkeypatch):
     lib = library_with(tmp_path, {f"n{i}.txt": f"note {i}" for i in range(12)})
     monkeypatch.setattr(limits, "MAX_GLOB_SOURCES", 3)
     with pytest.raises(UserError, match="matches more than 3 sources"):
-        lib.search("note", 5, "bm25", "docs", "docs/*.txt")
-    assert len(lib.search("note", 5, "bm25", "docs", "docs/n1*.txt")["hits"]) == 3  # n1,n10,n11
+        lib.search(SearchRequest.checked("note", 5, "bm25", "docs", "docs/*.txt"))
+    ones = lib.search(SearchRequest.checked("note", 5, "bm25", "docs", "docs/n1*.txt"))
+    assert len(ones["hits"]) == 3  # n1,n10,n11

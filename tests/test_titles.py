@@ -13,6 +13,7 @@ import kb as kbmod
 import search
 from index import segment
 from ranking import titles
+from ranking.request import SearchRequest, SearchSettings
 
 FILLER = "The company reported its results for the fiscal year in the annual filing."
 
@@ -60,9 +61,9 @@ def test_the_named_filing_comes_first_among_look_alikes(tmp_path) -> None:
     try:
         searcher = search.Searcher(conn)
         q = "What was Globex's revenue by segment and region in 2022?"
-        plain = searcher.search(q, 5, "auto", title_weight=0.0)
-        named = searcher.search(q, 5, "auto")
-        legs = searcher.search(q, 5, "bm25")
+        plain = searcher.search(SearchRequest(q, 5, "auto"), SearchSettings(title_weight=0.0))
+        named = searcher.search(SearchRequest(q, 5, "auto"))
+        legs = searcher.search(SearchRequest(q, 5, "bm25"))
     finally:
         conn.close()
     assert plain[0].source == "docs/ACME_2022_annual.txt"  # the words alone pick ACME
@@ -75,9 +76,9 @@ def test_the_kb_sets_the_title_weight_and_a_bad_one_is_refused(tmp_path) -> None
     kb = kbmod.open_or_create(tmp_path, "docs")
     config_path = kb.folder / "config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
-    assert kbmod.search_settings(kb)["title_weight"] == titles.TITLE_WEIGHT
+    assert kbmod.search_settings(kb).title_weight == titles.TITLE_WEIGHT
     config_path.write_text(json.dumps({**config, "search": {"titleWeight": 0}}), encoding="utf-8")
-    assert kbmod.search_settings(kbmod.load(tmp_path, "docs"))["title_weight"] == 0
+    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")).title_weight == 0
     config_path.write_text(json.dumps({**config, "search": {"titleWeight": 1.5}}),
                            encoding="utf-8")
     with pytest.raises(kbmod.ConfigError, match="search.titleWeight"):
