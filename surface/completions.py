@@ -63,9 +63,9 @@ def complete(library: Library, ref: str, argument: str, typed: str,
         for value in (typed, given.get("source")):
             limits.check_name(value, "a completed value")
         if argument == "kb_id":
-            return bounded([k for k in library.kb_ids() if k.startswith(typed)])
-        kb_id = library.resolve(given.get("kb_id") or None)
-        with library.reading(kb_id) as entry:
+            return bounded([k for k in library.kbs.kb_ids() if k.startswith(typed)])
+        kb_id = library.kbs.resolve(given.get("kb_id") or None)
+        with library.kbs.reading(kb_id) as entry:
             if argument == "source":
                 return _sources(entry.conn, typed)
             return _pages(entry.conn, given.get("source", ""), typed)

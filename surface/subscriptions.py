@@ -185,7 +185,7 @@ class Notifier(Middleware):
         """(the subscribed sources whose rows changed, whether sources came or went) since
         the last look; the first look at a KB only notes where it stands."""
         wanted = set(wanted)
-        kb_ids = library.kb_ids()
+        kb_ids = library.kbs.kb_ids()
         with self.lock:
             listed = self.kb_ids is not None and kb_ids != self.kb_ids
             self.kb_ids = kb_ids
@@ -210,7 +210,7 @@ class Notifier(Middleware):
         """One KB: nothing when nothing was committed since the last look; else whether its
         sources came or went and which wanted sources changed."""
         try:
-            with library.reading(kb_id) as entry:
+            with library.kbs.reading(kb_id) as entry:
                 (version,) = entry.conn.execute("PRAGMA data_version").fetchone()
                 gate = (id(entry.conn), entry.identity, version)
                 with self.lock:
@@ -239,7 +239,7 @@ def _row(library: Library, kb_id: str, name: str) -> tuple | None:
     """A source's row as its outline shows it, None when it is not indexed (or its KB cannot
     be read)."""
     try:
-        with library.reading(kb_id) as entry:
+        with library.kbs.reading(kb_id) as entry:
             return _row_of(entry.conn, name)
     except (UserError, kbmod.ConfigError):
         return None
