@@ -963,10 +963,10 @@ class Library:
             place = verdict.place
             if place is not None:
                 answer.update(source=place.source, page=place.page,
-                              line_start=place.line_start, line_end=place.line_end)
-                if place.page_end != place.page:
+                              line_start=place.line_start)
+                if place.page_end != place.page:  # a passage that runs onto later pages
                     answer["page_end"] = place.page_end
-                answer["citation"] = place.citation()
+                answer.update(line_end=place.line_end, citation=place.citation())
                 answer.update(self._cited_lines(entry, place, *room))
         if verdict.status in ("close", "not_found") and verdict.similarity is not None:
             answer["similarity"] = verdict.similarity

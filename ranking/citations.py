@@ -12,10 +12,12 @@ and adds the lines as read_range gives them. Four steps:
    code compare alike. Every folded character keeps the index of the raw character it came
    from, so a match maps back to its exact lines. An ellipsis in a quote ("...", "…",
    "[...]") cuts it into pieces found in order, each within ELLIPSIS_GAP of the last.
-2. Candidates, cheapest first: the place cited (read from the raw line store); the lines
+2. Candidates, cheapest first, until the quote is found word for word: the lines cited,
+   then the page cited and the pages either side (read from the raw line store); the lines
    holding a few distinctive stretches of the quote (the exact leg's trigram index,
    index/exact.py), grouped where stretches fall near each other; then the best BM25 chunks
-   (index/bm25.py). Each becomes a region of raw lines around it, wide enough for the quote
+   (index/bm25.py) in the cited source, then in all unless the index already led to a
+   close passage. Each becomes a region of raw lines around it, wide enough for the quote
    to start or end anywhere in it, across page breaks; a region over several pages is also
    read without the lines no chunk holds (running headers, footers, page numbers), which a
    quote across a page break leaves out.
@@ -57,7 +59,7 @@ ANCHORS = 4  # stretches of a quote looked up in the exact index
 ANCHOR_CHARS = (10, 32)  # the shortest and longest stretch, in characters
 ANCHOR_LINES = 40  # lines one stretch may find
 REGIONS = 6  # regions made from the stretches' lines per quote
-BM25_CHUNKS = 6  # best BM25 chunks looked at when the stretches found nothing close
+BM25_CHUNKS = 6  # best BM25 chunks looked at (in the cited source, then in all)
 MARGIN = 200  # raw characters read beyond a quote's length on each side of a candidate
 REGION_LINES = 400  # lines read on each side of a candidate at most
 PAGE_LINES = 2000  # lines of a cited page read at most
@@ -476,7 +478,9 @@ class _Finder:
         self.parts = [piece.folded.skeleton for piece in self.pieces]
         self.reach = len(quote.text) + MARGIN  # raw characters read each side of a candidate
         self.ids: dict[str, int | None] = {}  # source name -> its row id
-        self.read: list[tuple[str, tuple[int, int], tuple[int, int]]] = []  # regions read
+        self.read: list[tuple[str, tuple[int, int], tuple[int, int], range]] = []  # regions
+        # read: source, first and last (page, line), the indexes of their streams
+        self.found: set[int] = set()  # streams the index led to (stretches, BM25)
         self.streams: list[Stream] = []
         self.aligned: dict[int, Alignment] = {}  # stream index -> the quote aligned in it
         self.words: list[str] | None = None  # the quote's BM25 tokens, made once
@@ -484,15 +488,16 @@ class _Finder:
 
     def run(self) -> Verdict:
         """Verbatim at the place cited, else verbatim anywhere, else the closest passage.
-        BM25 (in the cited source, then in all) is asked only while nothing close is found:
-        the stretches find the passage of a quote with a word or two changed."""
-        steps = [(self._cited_region, False), (self._stretch_regions, False),
-                 (lambda: self._bm25_regions(self.source), True),
-                 (lambda: self._bm25_regions(None), True)]
+        BM25 over every source is asked only when the index has led to no close passage yet
+        (the stretches find the passage of a quote with a word or two changed); BM25 in the
+        cited source always, as the cited source may hold a look-alike of a quote that is
+        word for word a few pages on."""
+        steps = [self._cited_region, self._cited_pages, self._stretch_regions,
+                 lambda: self._bm25_regions(self.source), lambda: self._bm25_regions(None)]
         if self.source is None:
-            del steps[2]  # the cited source is every source
-        for step, unless_close in steps:
-            if unless_close and self._closest()[0].similarity >= self._floor():
+            del steps[3]  # the cited source is every source
+        for step in steps:
+            if step is steps[-1] and self._close_found():
                 break
             start = len(self.streams)
             step()
@@ -523,7 +528,17 @@ class _Finder:
             return
         first = quote.line_start or quote.line_end or 1
         last = quote.line_end or quote.line_start or PAGE_LINES
-        self._region(self.source, (quote.page, first), (quote.page, last), PAGE_LINES)
+        self._region(self.source, (quote.page, first), (quote.page, last), PAGE_LINES,
+                     found=False)
+
+    def _cited_pages(self) -> None:
+        """The cited page whole and the pages either side: a page number off by one (a
+        printed page number against the PDF's) is the commonest wrong citation."""
+        quote = self.quote
+        if self.source is None or quote.page is None:
+            return
+        self._region(self.source, (max(1, quote.page - 1), 1),
+                     (quote.page + 1, limits.MAX_POSITION), 3 * PAGE_LINES, (0, 0), False)
 
     def _agrees(self, place: Place) -> bool:
         """Whether a place is the one cited. The source and page must be the passage's (for a
@@ -552,12 +567,17 @@ class _Finder:
         return self.ids[name]
 
     def _region(self, source: str, first: tuple[int, int], last: tuple[int, int],
-                limit: int = REGION_LINES, reach: tuple[int, int] | None = None) -> None:
+                limit: int = REGION_LINES, reach: tuple[int, int] | None = None,
+                found: bool = True) -> None:
         """Read lines first..last of a source and `reach` characters before and after them
         (across pages; the quote's length and MARGIN each side unless told), unless a region
-        read already holds `first`; fold them into streams."""
-        if any(s == source and a <= first <= b for s, a, b in self.read):
-            return
+        read already holds them; fold them into streams. `found`: the index led there (not
+        only the citation), which lets a close passage in it stop the search."""
+        for name, a, b, streams in self.read:
+            if name == source and a <= first and last <= b:
+                if found:
+                    self.found.update(streams)
+                return
         source_id = self._source_id(source)
         if source_id is None:
             return
@@ -579,11 +599,16 @@ class _Finder:
         rows = before[::-1] + after
         if not rows:
             return
-        self.read.append((source, (rows[0][0], rows[0][1]), (rows[-1][0], rows[-1][1])))
+        start = len(self.streams)
         self.streams.append(Stream.of(source, rows, self.case_sensitive))
         body = self._body(source_id, rows)
         if body is not None:
             self.streams.append(Stream.of(source, body, self.case_sensitive))
+        streams = range(start, len(self.streams))
+        self.read.append((source, (rows[0][0], rows[0][1]), (rows[-1][0], rows[-1][1]),
+                          streams))
+        if found:
+            self.found.update(streams)
 
     def _body(self, source_id: int, rows: list) -> list | None:
         """The rows without the lines no chunk holds (headers, footers, page numbers), when a
@@ -599,19 +624,18 @@ class _Finder:
 
     def _stretch_regions(self) -> None:
         """Regions around the lines holding the quote's stretches, those where most stretches
-        fall near each other first (the cited source first among equals). A stretch whose
-        ANCHOR_LINES lines are all in other sources is asked again in the cited source: text
-        repeated across documents must not hide the copy cited. Each region reaches as far
-        before its first hit and after its last as the quote runs around those stretches."""
+        fall near each other first (the cited source first among equals). A stretch found in
+        ANCHOR_LINES lines (boilerplate) is asked again in the cited source: text repeated
+        across documents must not hide the copy cited. Each region reaches as far before its
+        first hit and after its last as the quote runs around those stretches."""
         hits = []
         found = stretches(self.quote.text)
         for k, (_at, stretch) in enumerate(found):
             rows = exact.exact_search(self.conn, stretch, ANCHOR_LINES, None, 80,
                                       self.case_sensitive)
-            if self.source is not None and len(rows) == ANCHOR_LINES and all(
-                    row["source"] != self.source for row in rows):
-                rows += exact.exact_search(self.conn, stretch, ANCHOR_LINES // 4, self.source,
-                                           80, self.case_sensitive)
+            if self.source is not None and len(rows) == ANCHOR_LINES:  # a common stretch
+                rows += exact.exact_search(self.conn, stretch, ANCHOR_LINES, self.source, 80,
+                                           self.case_sensitive)
             hits += [(row["source"], row["page"], row["line"], k) for row in rows]
         span = len(self.quote.text) // 30 + 2  # lines a quote may run over, roughly
         groups: list[list] = []
@@ -681,6 +705,14 @@ class _Finder:
             if self.aligned[i].similarity > best.similarity:
                 best, chosen = self.aligned[i], stream
         return best, chosen
+
+    def _close_found(self) -> bool:
+        """Whether the index led to a close passage. One the citation alone led to does not
+        count: a page cited may hold a sentence like the quote while the quote is word for
+        word in another source."""
+        floor = self._floor()
+        self._closest()
+        return any(self.aligned[i].similarity >= floor for i in self.found)
 
     def _floor(self) -> float:
         return close_floor(sum(map(len, self.parts)))

@@ -88,6 +88,102 @@ def test_bounds_are_refused_with_the_limit_named(quotes, words):
 
 
 # ---------------------------------------------------------------------------
+# the place cited, on a small index written through fulltext.replace_source
+
+LEDGER = [
+    ["Harbour ledger", "The eastern crane was inspected in March and found sound.",
+     "Its cable is replaced every second winter."],
+    ["Harbour ledger", "The western crane was inspected in April and found worn.",
+     "Tugboat crews rotate every nine days during the winter season,",
+     "and every twelve days in summer."],
+    ["Harbour ledger", "Pilots board inbound ships at the outer buoy."],
+]
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    import chunking
+    import fulltext
+    from index import segment
+
+    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
+    chunks = chunking.chunk_pages("ledger.txt", LEDGER, chunking.noise_lines(LEDGER),
+                                  segment.tokens)
+    fulltext.replace_source(conn, fulltext.SourceFile("ledger.txt", "/x/ledger.txt", "h", 1,
+                                                      1.0), "text", LEDGER, chunks)
+    yield conn
+    conn.close()
+
+
+@pytest.mark.parametrize("place, status", [
+    ({"page": 2, "line_start": 3, "line_end": 4}, "verbatim"),
+    ({"page": 2, "line_start": 3}, "verbatim"),  # line_start alone: where it starts
+    ({"page": 2, "line_end": 4}, "verbatim"),  # line_end alone: where it ends
+    ({"page": 2}, "verbatim"),
+    ({}, "verbatim"),
+    ({"page": 2, "line_start": 2, "line_end": 4}, "verbatim"),  # lines within those cited
+    ({"page": 2, "line_start": 4}, "elsewhere"),  # it starts on line 3
+    ({"page": 2, "line_start": 3, "line_end": 3}, "elsewhere"),  # it runs on to line 4
+    ({"page": 1, "line_start": 3, "line_end": 4}, "elsewhere"),
+    ({"source": "other.txt", "page": 2}, "elsewhere"),  # no such source: said so
+])
+def test_the_place_cited_is_checked_part_by_part(ledger, place, status):
+    quote = "Tugboat crews rotate every nine days during the winter season, and every twelve"
+    verdict = citations.verify(ledger, Quote(quote, **{"source": "ledger.txt", **place}))
+    assert verdict.status == status, verdict
+    assert verdict.place == citations.Place("ledger.txt", 2, 3, 2, 4)
+    if "other.txt" in place.values():
+        assert "there is no source named 'other.txt'" in verdict.note
+
+
+def test_a_look_alike_on_the_cited_page_does_not_hide_the_quote_elsewhere(tmp_path):
+    # regression: a sentence on the cited page like the quote stopped the search at `close`
+    # while the quote was word for word three pages on, in a filing whose words are joined
+    # by no-break spaces (so the exact index's stretches miss it and only BM25 finds it)
+    import chunking
+    import fulltext
+    from index import segment
+
+    quote = "The western crane was inspected in April and found worn."
+    filler = [f"Berth {n} was swept and its bollards painted on day {n} of the season."
+              for n in range(12)]  # pages longer than the quote's reach around the citation
+    pages = [["Harbour ledger", "The western crane was inspected in April and found sound.",
+              *filler], ["Harbour ledger", *filler], ["Harbour ledger", *filler],
+             ["Harbour ledger", *filler, quote.replace(" ", "\xa0")]]
+    conn = fulltext.connect(tmp_path / fulltext.FILENAME)
+    chunks = chunking.chunk_pages("ledger.txt", pages, chunking.noise_lines(pages),
+                                  segment.tokens)
+    fulltext.replace_source(conn, fulltext.SourceFile("ledger.txt", "/x/ledger.txt", "h", 1,
+                                                      1.0), "text", pages, chunks)
+    verdict = citations.verify(conn, Quote(quote, "ledger.txt", 1, 2, 2))
+    conn.close()
+    assert (verdict.status, verdict.place.page, verdict.place.line_start) == ("elsewhere", 4, 14)
+
+
+def test_several_kbs_answer_from_the_one_holding_the_quote_and_lines_are_bounded(tmp_path):
+    import ingest
+
+    rows = [f"Row {n}: berth {n} cleared by the night crew." for n in range(40)]
+    for kb_id, text in (("a", "Nothing about berths here.\n"), ("b", "\n".join(rows))):
+        (tmp_path / kb_id).mkdir()
+        (tmp_path / kb_id / f"{kb_id}.txt").write_text(text, encoding="utf-8")
+        ingest.ingest(bm25_kb(tmp_path / "base", kb_id), [tmp_path / kb_id / f"{kb_id}.txt"])
+    library = Library(tmp_path / "base")
+    quote = {"text": " ".join(rows)}
+    try:
+        got = library.verify_citation([quote] * limits.MAX_QUOTES, "*")
+    finally:
+        library.close()
+    assert got["kb_id"] == ["a", "b"]
+    first = got["results"][0]
+    assert (first["status"], first["kb_id"], first["line_start"], first["line_end"]) == \
+        ("verbatim", "b", 1, 40)
+    # 20 answers share one read_range's bound: 25 lines each, then where to read on
+    assert len(first["lines"]) == limits.MAX_READ_LINES // limits.MAX_QUOTES
+    assert first["more"].endswith("read_range(source, page=1, line_start=26)")
+
+
+# ---------------------------------------------------------------------------
 # real PDFs in three languages
 
 EN, TRACE, KO, ZH = "dmca.pdf", "tracemonkey.pdf", "korean-text-with-tables.pdf", \
