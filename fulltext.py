@@ -463,6 +463,26 @@ def line_count(conn: sqlite3.Connection, source: str, page: int) -> int:
         " WHERE s.name = ? AND l.page = ?", (source, page)).fetchone()[0]
 
 
+def lines_from(conn: sqlite3.Connection, source_id: int, at: tuple[int, int], forward: bool,
+               limit: int, width: int) -> list[tuple[int, int, str]]:
+    """Up to `limit` (page, line, text) of a source in reading order from position `at` (a
+    (page, line), itself included) onwards, or before it when not `forward` (nearest
+    first), each cut to `width` characters: a passage read across page breaks in one query."""
+    test, order = (">=", "ASC") if forward else ("<", "DESC")
+    return conn.execute(
+        f"SELECT page, line, substr(text, 1, ?) FROM lines WHERE source_id = ? AND"
+        f" (page, line) {test} (?, ?) ORDER BY page {order}, line {order} LIMIT ?",
+        (width, source_id, at[0], at[1], limit)).fetchall()
+
+
+def chunk_spans(conn: sqlite3.Connection, source_id: int, first_page: int,
+                last_page: int) -> list[tuple[int, int, int]]:
+    """(page, line_start, line_end) of a source's chunks on these pages: the lines outside
+    them are its running headers, footers and page numbers (chunking.noise_lines)."""
+    return conn.execute("SELECT page, line_start, line_end FROM chunks WHERE source_id = ? AND"
+                        " page BETWEEN ? AND ?", (source_id, first_page, last_page)).fetchall()
+
+
 def page_lines(conn: sqlite3.Connection, source: str, page: int, first: int = 1,
                last: int | None = None) -> list[tuple[int, str]]:
     """(line number, whole raw text) for lines first..last of one page, as indexed; for the

@@ -278,6 +278,83 @@ class Library:
         return {"kb_id": kb_id, **health.capped_lists(changes),
                 "next": "start_reindex(kb_id) applies these changes"}
 
+    # -- verify_citation (issue 48) ------------------------------------------------------
+    def verify_citation(self, quotes: list[dict], kb_id: str | list[str] | None,
+                        case_sensitive: bool = False) -> dict:
+        """Each quote ({text, source?, page?, line_start?, line_end?}) checked where it says
+        it is (ranking/citations.py): its status, where its text really is and those lines as
+        read_range gives them, the lines of all answers together bounded like one read_range.
+        With a list of kb_ids or "*", each quote's best answer of those KBs'."""
+        from ranking import citations  # rapidfuzz loads on the first check, not at start
+
+        asked = [citations.Quote(**quote) for quote in quotes]
+        citations.check_quotes(asked)
+        one = kb_id is None or (isinstance(kb_id, str) and kb_id != multikb.EVERY_KB)
+        kbs = [self.kbs.resolve(kb_id)] if one else multikb.chosen(kb_id, self.kbs.kb_ids())
+        room = (max(limits.MAX_LINE_CHARS, limits.MAX_READ_CHARS // len(asked)),
+                max(10, limits.MAX_READ_LINES // len(asked)))  # characters, lines an answer
+        results = []
+        for index, quote in enumerate(asked):
+            answers, failures = [], []
+            for kb in kbs:
+                try:
+                    answers.append(self._checked(kb, quote, case_sensitive, room))
+                except (UserError, kbmod.ConfigError) as err:
+                    if one:
+                        raise
+                    failures.append(f"{kb}: {err}")
+            if not answers:
+                raise UserError("no knowledge base could answer: " + "; ".join(failures))
+            best = min(answers, key=lambda answer: answer[0].rank())
+            results.append({"quote": index, **best[1]})
+        return {"kb_id": kbs[0] if one else kbs, "results": results}
+
+    def _checked(self, kb_id: str, quote, case_sensitive: bool,
+                 room: tuple[int, int]) -> tuple[object, dict]:
+        """One KB's verdict on a quote and its answer, the lines read in the same snapshot."""
+        from ranking import citations
+
+        with self.kbs.reading(kb_id) as entry:
+            verdict = citations.verify(entry.conn, quote, case_sensitive)
+            answer: dict = {"status": verdict.status, "kb_id": kb_id}
+            place = verdict.place
+            if place is not None:
+                answer.update(source=place.source, page=place.page,
+                              line_start=place.line_start)
+                if place.page_end != place.page:  # a passage that runs onto later pages
+                    answer["page_end"] = place.page_end
+                answer.update(line_end=place.line_end, citation=place.citation())
+                answer.update(self._cited_lines(entry, place, *room))
+        if verdict.status in ("close", "not_found") and verdict.similarity is not None:
+            answer["similarity"] = verdict.similarity
+        if verdict.differences:
+            answer["differences"] = verdict.differences
+        if verdict.also_at:
+            answer["also_at"] = [other.citation() for other in verdict.also_at]
+        answer["note"] = verdict.note
+        return verdict, answer
+
+    @staticmethod
+    def _cited_lines(entry: OpenKB, place, chars: int, count: int) -> dict:
+        """A passage's lines as read_range gives them (each with its page when the passage
+        spans pages), at most `chars` characters and `count` lines, then where to read on."""
+        lines: list[dict] = []
+        for page in range(place.page, place.page_end + 1):
+            first = place.line_start if page == place.page else 1
+            last = place.line_end if page == place.page_end else \
+                fulltext.line_count(entry.conn, place.source, page)
+            for piece in fulltext.read_lines(entry.conn, place.source, page, first, last, 0,
+                                             limits.MAX_LINE_CHARS):
+                if len(lines) == count or (lines and len(piece.text) > chars):
+                    return {"lines": lines, "more": (
+                        f"lines cut here; read on with read_range(source, page={page}, "
+                        f"line_start={piece.line})")}
+                chars -= len(piece.text)
+                line = _line_json(piece)
+                lines.append({"page": page, **line} if place.page_end != place.page else line)
+        return {"lines": lines}
+
+
 
 def quietly(work: Callable[[str], T], kb_id: str) -> T | None:
     """work(kb_id), or None when it fails: a warm-up must never take the server down, and the

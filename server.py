@@ -33,7 +33,7 @@ from fastmcp.exceptions import PromptError, ResourceError, ToolError
 from fastmcp.server.lifespan import lifespan
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, ListResourcesResult, PaginatedRequestParams, Resource
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 import kb as kbmod
 from adapters import mcp_internals
@@ -92,7 +92,8 @@ mcp = FastMCP(
     version=VERSION,  # serverInfo.version; fastmcp's own otherwise
     instructions="Search local documents and cite them. Call `search` to find where something "
                  "is said (source, page, line_start, line_end), then `read_range` to read those "
-                 "exact lines before quoting them. Cite as: source, page, lines.",
+                 "exact lines before quoting them, and `verify_citation` to check the quotes "
+                 "before answering. Cite as: source, page, lines.",
     lifespan=open_library,
     middleware=[NoInternalErrors(), PlainArgumentErrors(), warm_up],
 )
@@ -177,7 +178,8 @@ async def search(
     """Find where something is said: hits with source, page, line_start, line_end and text.
 
     Read a hit's exact lines with read_range(source, page, line_start, line_end, kb_id)
-    before citing. Filters (path, types, dates, language) narrow the files before ranking.
+    before citing, and check the quotes of an answer with verify_citation before giving it.
+    Filters (path, types, dates, language) narrow the files before ranking.
     """
     return await run(ctx, lambda lib: lib.search(SearchRequest.checked(
         query, top_k, search_mode, kb_id, source, queries=queries, diversity=diversity,
@@ -204,6 +206,50 @@ async def read_range(
     """
     return await run(ctx, lambda lib: lib.read_range(source, page, line_start, line_end,
                                                      context, kb_id, char_offset))
+
+
+class QuoteToCheck(BaseModel):
+    """One quote of an answer and the place the answer cites for it (any part may be left
+    out: the text is then looked for everywhere)."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is refused, not ignored
+    text: str = Field(description="The quoted words as the answer gives them (at most "
+                                  f"{limits.MAX_QUOTE_CHARS:,} characters); `...`, `…` or "
+                                  "`[...]` marks words left out")
+    source: str | None = Field(None, description="The source cited, as search hits name it")
+    page: whole(1, limits.MAX_POSITION, "The page cited") | None = None
+    line_start: whole(1, limits.MAX_POSITION, "The first line cited") | None = None
+    line_end: whole(1, limits.MAX_POSITION, "The last line cited") | None = None
+
+
+@mcp.tool(annotations=READ_ONLY)
+async def verify_citation(
+    ctx: Context,
+    quotes: Annotated[list[QuoteToCheck], Field(
+        max_length=limits.MAX_QUOTES,
+        description=f"The quotes to check, 1 to {limits.MAX_QUOTES}: each its text and the "
+                    "source, page and lines cited")],
+    kb_id: Annotated[
+        str | Annotated[list[str], Field(max_length=multikb.MAX_SEARCH_KBS)] | None,
+        Field(description="Knowledge base id (see list_knowledge_bases), a list of ids, or "
+                          f"\"*\" for every one (at most {multikb.MAX_SEARCH_KBS}): each quote "
+                          "is answered from the one holding it best; may be left out when "
+                          "there is only one")] = None,
+    case_sensitive: Annotated[bool, Field(description="Count a difference in case as a "
+                                                      "difference")] = False,
+) -> dict:
+    """Check quotes before answering with them: for each, in order, whether its text is word
+    for word at the place cited (`verbatim`), word for word at another place (`elsewhere`:
+    cite that one), nearly the same as a passage (`close`: its `differences` name the words
+    that differ, such as a changed number or a dropped "not"; quote the passage's lines
+    instead), or nowhere in the documents (`not_found`: do not present it as a quote).
+
+    Each answer gives the source, page, line_start and line_end where the text really is, and
+    those lines as read_range gives them. Line breaks, hyphenation, typographic quotes,
+    dashes, ellipses and full-width forms do not count as differences.
+    """
+    return await run(ctx, lambda lib: lib.verify_citation(
+        [quote.model_dump() for quote in quotes], kb_id, case_sensitive))
 
 
 @mcp.tool(annotations=READ_ONLY)

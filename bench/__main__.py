@@ -5,6 +5,7 @@
     python -m bench quality SET ...     # evaluate.py: nDCG/recall on the team's eval sets
     python -m bench code ...            # code_eval.py: hit@k/MRR on installed packages' code
     python -m bench startup ...         # startup_bench.py: spawn -> tools/list, first answers
+    python -m bench citations ...       # citations.py: verify_citation on real PDFs
 
 Each command hands the rest of the command line to that script's own parser (`--help` there).
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import sys
 
 USAGE = ("usage: python -m bench speed SECTION ... | scale N ... | quality SET ... | code ... "
-         "| startup ... (--help after)")
+         "| startup ... | citations ... (--help after)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import startup_bench
 
         return startup_bench.main(rest)
+    if command == "citations":
+        from bench import citations
+
+        return citations.main(rest)
     print(USAGE, file=sys.stderr)
     return 2
 

@@ -14,9 +14,11 @@ file name, so a repeated document has the same BM25 title words and its tokens a
 
 Measure (each in a new process, so its memory is its own): a fixed sample of the eval sets'
 queries (ko, zh, en in turn) through library.Library.search, warm, in bm25, vector, auto and
-exact (1-2 character needles and longer ones); the baseline (BM25Okapi over the same tokens,
-the same Chroma query, RRF k=60) over the same queries; disk; and a new `server.py` over
-stdio to its first answer per mode and language. One table; --json adds one JSON object.
+exact (1-2 character needles and longer ones), and as many quotes through
+Library.verify_citation (cut from the KB's chunks, one word changed, or a query: in turn);
+the baseline (BM25Okapi over the same tokens, the same Chroma query, RRF k=60) over the same
+queries; disk; and a new `server.py` over stdio to its first answer per mode and language.
+One table; --json adds one JSON object.
 
 Layer: measurement (bench/), on top of the product; nothing of it imports bench/.
 """
@@ -308,8 +310,42 @@ def timed(runs: dict) -> dict:
     return {name: percentiles(values) for name, values in ms.items()}
 
 
+def citation_quotes(base: Path, queries: list[dict]) -> list[dict]:
+    """verify_citation's quotes over the benchmark KB, fixed by SEED, one per query, in
+    turn: 60-300 characters cut from a random chunk and cited at its source and page (found
+    verbatim), the same with one word written backwards (close), and the query itself (a
+    question of the eval sets: in no document)."""
+    import random
+
+    import fulltext
+
+    rng = random.Random(SEED)
+    conn = fulltext.connect(base / KB_ID / fulltext.FILENAME, readonly=True)
+    last = conn.execute("SELECT max(id) FROM chunks").fetchone()[0]
+    quotes = []
+    for i, query in enumerate(queries):
+        if i % 3 == 2:
+            quotes.append({"text": query["text"]})
+            continue
+        row = None
+        while row is None or len(row[0]) < 60:
+            row = conn.execute("SELECT c.text, s.name, c.page FROM chunks c JOIN sources s ON"
+                               " s.id = c.source_id WHERE c.id = ?",
+                               (rng.randint(1, last),)).fetchone()
+        start = rng.randrange(len(row[0]) - 59)
+        text = row[0][start:start + rng.randint(60, 300)]
+        words = list(re.finditer(r"[^\W\d_]{4,}", text))
+        if i % 3 == 1 and words:
+            word = rng.choice(words)
+            text = text[:word.start()] + word.group()[::-1] + text[word.end():]
+        quotes.append({"text": text, "source": row[1], "page": row[2]})
+    conn.close()
+    return quotes
+
+
 def measure_linecite(base: Path, queries: list[dict]) -> dict:
-    """Every mode through Library.search (what the `search` tool calls), warm; then RSS."""
+    """Every mode through Library.search (what the `search` tool calls) and verify_citation,
+    warm; then RSS."""
     import library
     from ranking.request import SearchRequest
 
@@ -324,6 +360,7 @@ def measure_linecite(base: Path, queries: list[dict]) -> dict:
     runs = {mode: (searcher(mode), texts) for mode in ("bm25", "vector", "auto")}
     runs["exact_short"] = (searcher("exact"), list(short))
     runs["exact_long"] = (searcher("exact"), list(long))
+    runs["verify"] = (lambda q: lib.verify_citation([q], KB_ID), citation_quotes(base, queries))
     for run, items in runs.values():
         for item in items[:WARMUP]:
             run(item)
@@ -480,6 +517,7 @@ def flat(figures: dict) -> dict:
     out.update({f"exact_{kind}_{p}_ms": mine[f"exact_{kind}"][p] for kind in ("short", "long")
                 for p in ("p50", "p95")})
     out["exact_p95_ms"] = max(mine["exact_short"]["p95"], mine["exact_long"]["p95"])
+    out.update({f"verify_{p}_ms": mine["verify"][p] for p in ("p50", "p95")})
     out.update({f"baseline_{mode}_{p}_ms": theirs[mode][p] for mode in ("bm25", "vector", "auto")
                 for p in ("p50", "p95")})
     out.update({f"baseline_exact_{kind}_{p}_ms": theirs[f"exact_{kind}"][p]
@@ -608,6 +646,9 @@ def table(n: int, base: Path, record: dict, disk: dict, queries: list[dict],
     lines.append(f"| {'disk':28} | SQLite {disk['sqlite_bytes'] / 2**20:,.0f} MB, Chroma "
                  f"{disk['chroma_bytes'] / 2**20:,.0f} MB, {per_chunk / 1024:.1f} KB a chunk |")
     for name, f in figures.items():
+        lines.append(f"  verify_citation ({name}), one quote a call (in turn: verbatim, a word "
+                     f"changed, in no document): p50 {f['verify_p50_ms']:.1f} ms, p95 "
+                     f"{f['verify_p95_ms']:.1f} ms")
         lines.append(f"  BM25 top {CANDIDATES} by MaxScore ({name}): the list scoring every "
                      f"match gives for {f['bm25_topk_as_unpruned']} queries; median share of "
                      f"matching chunks fully scored {f['bm25_scored_share']}")

@@ -17,6 +17,8 @@ import unicodedata
 # ---------------------------------------------------------------------------
 MAX_QUERY_CHARS = 4000  # a search query: a long question fits; a pasted document does not
 MAX_QUERIES = 5  # other phrasings one search takes beside its query (`queries`)
+MAX_QUOTES = 20  # quotes one verify_citation call checks
+MAX_QUOTE_CHARS = 4000  # one quote: a long paragraph fits; a pasted chapter does not
 MAX_GLOB_SOURCES = 1000  # sources a `source` path glob may select in one search
 MAX_QUERY_TOKENS = 128  # distinct BM25 tokens scored per query (the rarest ones are kept)
 MAX_NAME_CHARS = 1000  # a source name or source_name

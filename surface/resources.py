@@ -186,5 +186,9 @@ def cite_prompt(question: str = "", kb_id: str = "") -> str:
         "read_range returns, never a hit's text from memory.\n"
         "3. Quote the exact lines and cite each as: source, page N, lines A-B (the `citation` "
         "read_range gives).\n"
-        "4. If nothing found answers it, say so; do not guess. Search again with other words "
+        "4. Before answering, check every quote with `verify_citation(quotes=[{text, source, "
+        "page, line_start, line_end}, ...])`: keep a `verbatim` one; cite the place an "
+        "`elsewhere` one gives; for `close`, quote the passage's lines as it returns them "
+        "(its `differences` name the words you changed); drop a `not_found` one.\n"
+        "5. If nothing found answers it, say so; do not guess. Search again with other words "
         "before giving up.")

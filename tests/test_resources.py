@@ -168,7 +168,8 @@ async def test_the_cite_prompt_tells_the_search_read_range_quote_workflow(sessio
     got = await session.get_prompt("cite", {"question": "보증금은 얼마인가?", "kb_id": "docs"})
     text = got.messages[0].content.text
     assert text.startswith("Question: 보증금은 얼마인가?")
-    assert text.index("`search`") < text.index("`read_range(") < text.index("Quote")
+    assert text.index("`search`") < text.index("`read_range(") < text.index("Quote") < \
+        text.index("`verify_citation(")  # issue 48: quotes are checked before answering
     assert 'kb_id="docs"' in text and "source, page N, lines A-B" in text
     every = (await session.get_prompt("cite", {})).messages[0].content.text
     assert 'kb_id="*"' in every

@@ -43,7 +43,7 @@ ALLOWED_ENV = "LINECITE_ALLOWED_DIRS"
 module_loop = pytest.mark.asyncio(loop_scope="module")  # share the module's stdio server
 TOOLS = {"list_knowledge_bases", "search", "read_range", "get_document_chunk", "list_sources",
          "ingest_file", "start_reindex", "cancel_reindex", "get_index_info", "check_changes",
-         "ingest_url"}
+         "ingest_url", "verify_citation"}
 READ_ONLY_TOOLS = TOOLS - {"ingest_file", "start_reindex", "cancel_reindex", "ingest_url"}
 
 # ---------------------------------------------------------------------------
