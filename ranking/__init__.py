@@ -4,7 +4,8 @@ code neighbours and definitions (neighbours, definitions), filters on path, type
 language (filters), query expansion by an LLM (query_expansion) and reranking (rerank);
 and what a search is carried down with: the request and the KB's settings (request).
 search.py, at the root, runs them in order. Beside them, verify_citation's check of a quote
-against the raw lines (citations), which library.py calls.
+against the raw lines (citations; its text rules in quote_folding, its alignment in
+quote_alignment), which library.py calls.
 
 May import: common/, index/, formats/, providers/, and the root's storage and chunk shapes
 (fulltext, chunking, codechunks); never kb, search, the pipeline or the server.

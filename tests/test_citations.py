@@ -20,7 +20,7 @@ from fastmcp.client.transports import StdioTransport
 from common import limits
 from common.limits import UserError
 from library import Library
-from ranking import citations
+from ranking import citations, quote_alignment, quote_folding
 from ranking.citations import Quote
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,30 +42,31 @@ module_loop = pytest.mark.asyncio(loop_scope="module")
     ("def  f(x):\n    return x", "def f(x): return x"),
 ])
 def test_folding_ignores_layout_and_typography(quoted, indexed):
-    assert citations.fold(quoted).skeleton == citations.fold(indexed).skeleton
+    assert quote_folding.fold(quoted).skeleton == quote_folding.fold(indexed).skeleton
 
 
 def test_folding_keeps_words_numbers_and_case_when_asked():
-    assert citations.fold("is not true").skeleton != citations.fold("is true").skeleton
-    assert citations.fold("12.5%").skeleton != citations.fold("12.6%").skeleton
-    assert citations.fold("getURL", True).skeleton != citations.fold("getUrl", True).skeleton
+    assert quote_folding.fold("is not true").skeleton != quote_folding.fold("is true").skeleton
+    assert quote_folding.fold("12.5%").skeleton != quote_folding.fold("12.6%").skeleton
+    fold = quote_folding.fold
+    assert fold("getURL", True).skeleton != fold("getUrl", True).skeleton
 
 
 def test_every_folded_character_maps_back_to_its_raw_character():
     raw = "Ｗord \u201cq\u201d in-\ndustry ﬁne"
-    folded = citations.fold(raw)
+    folded = quote_folding.fold(raw)
     assert folded.skeleton == "wordqindustryfine"
     assert "".join(raw[folded.raw(k)] for k in range(len(folded.skeleton))) == \
         "Ｗordqindustryﬁﬁne"  # the ligature's two letters both come from it
 
 
 def test_an_ellipsis_cuts_a_quote_into_pieces_found_in_order():
-    parts = [piece.folded.skeleton for piece in citations.pieces(
+    parts = [piece.folded.skeleton for piece in quote_folding.pieces(
         "The first words [...] the middle … and the end... ")]
     assert parts == ["thefirstwords", "themiddle", "andtheend"]
-    text = citations.fold("The first words, then many more, the middle, and the end.").skeleton
-    assert citations._occurrences(text, parts) == [(0, len(text) - 1)]
-    assert citations._occurrences(text, parts[::-1]) == []
+    text = quote_folding.fold("The first words, then many more, the middle, and the end.").skeleton
+    assert quote_alignment.occurrences(text, parts) == [(0, len(text) - 1)]
+    assert quote_alignment.occurrences(text, parts[::-1]) == []
 
 
 # ---------------------------------------------------------------------------
@@ -131,7 +132,7 @@ def test_the_place_cited_is_checked_part_by_part(ledger, place, status):
     quote = "Tugboat crews rotate every nine days during the winter season, and every twelve"
     verdict = citations.verify(ledger, Quote(quote, **{"source": "ledger.txt", **place}))
     assert verdict.status == status, verdict
-    assert verdict.place == citations.Place("ledger.txt", 2, 3, 2, 4)
+    assert verdict.place == quote_alignment.Place("ledger.txt", 2, 3, 2, 4)
     if "other.txt" in place.values():
         assert "there is no source named 'other.txt'" in verdict.note
 
