@@ -86,11 +86,14 @@ class Library:
 
     def search(self, request: SearchRequest) -> dict:
         """One KB's hits, or with a list of kb_ids or "*" the hits of several KBs in one
-        ranking (multikb.py), each hit naming its kb_id."""
-        kb_id = request.kb_id
+        ranking (multikb.py), each hit naming its kb_id. Without kb_id: the one KB, or every
+        KB when there are several, so an agent set up before a second KB keeps working."""
+        kb_id, known = request.kb_id, self.kbs.kb_ids()
+        if kb_id is None and len(known) > 1:
+            kb_id = multikb.EVERY_KB
         if isinstance(kb_id, str) and kb_id != multikb.EVERY_KB or kb_id is None:
             return self.searches.answer(self.kbs.resolve(kb_id), request)
-        kbs = multikb.chosen(kb_id, self.kbs.kb_ids())
+        kbs = multikb.chosen(kb_id, known)
         return multikb.search_all(kbs, request.top_k,
                                   lambda kb: self.searches.answer(kb, request),
                                   health.search_status)

@@ -519,7 +519,13 @@ async def test_several_knowledge_bases(corpus, tmp_path):
         assert "config.json" in kbs["broken"]["error"]
         assert "has no collection 'linecite-copy'" in kbs["copy"]["error"]
         assert kbs["copy"]["counts"] == kbs["default"]["counts"]
-        text = await tool_error(client, "search", query="배포")
+        # issue 49 item 4: without kb_id, a search of several KBs failed ("pass kb_id"),
+        # breaking an agent set up before the second KB; it now searches every KB
+        found = await call(client, "search", query="배포")
+        assert found["kb_id"] == ["broken", "copy", "default", "empty"]
+        assert {h["kb_id"] for h in found["hits"]} == {"copy", "default"}
+        assert found["hits"][0]["source"] == corpus.ko
+        text = await tool_error(client, "list_sources")  # a tool acting on one KB still asks
         assert "several knowledge bases" in text and "broken, copy, default, empty" in text
         text = await tool_error(client, "search", query="배포", kb_id="broken")
         assert "config.json" in text and "JSON" in text
