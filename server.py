@@ -60,7 +60,7 @@ SearchKbIds = Annotated[
     str | Annotated[list[str], Field(max_length=multikb.MAX_SEARCH_KBS)] | None,
     Field(description="Knowledge base id (see list_knowledge_bases), a list of ids, or \"*\" "
                       f"for every one: at most {multikb.MAX_SEARCH_KBS} a search, ranked as one "
-                      "list, each hit naming its kb_id; may be left out when there is only one")]
+                      "list, each hit naming its kb_id; left out: every knowledge base")]
 
 
 base_folder: Path | None = None  # set by main() from --base-path; None: the default folder
