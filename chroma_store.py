@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 from adapters import chroma_clients
 from common import paths
+from common.commands import command
 from providers import embedders
 from providers.embedders import Embedder, EmbedderMismatch, embedder_for
 
@@ -237,7 +238,7 @@ class StoreMissing(RuntimeError):
 def missing_message(kb_id: str, where: object, what: str) -> str:
     """What a user reads when a KB's vectors are gone, and the one command that fixes it."""
     return (f"the vector store of knowledge base {kb_id!r} ({where}) {what}; run "
-            f"`python ingest.py --kb {kb_id}` or start_reindex(kb_id={kb_id!r}) to embed the "
+            f"`{command('ingest', '--kb', kb_id)}` or start_reindex(kb_id={kb_id!r}) to embed the "
             "stored text again (no file is read again)")
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 import chunking
+from common.commands import pip_install
 from formats.base import Extracted
 from formats.languages import parser_language
 from fulltext import Chunk
@@ -213,8 +214,8 @@ def _parse(language: str, lines: Sequence[str], suffix: str):
     try:
         from tree_sitter_language_pack import get_parser
     except ImportError:
-        return None, "", ("tree-sitter-language-pack is not installed (pip install -r "
-                          "requirements.txt -c constraints.txt)")
+        return None, "", ("tree-sitter-language-pack is not installed "
+                          f"({pip_install('requirements.txt')})")
     source = "\n".join(lines).encode("utf-8", "surrogatepass")
     why, best = "", None  # best: (error share, grammar, tree)
     for grammar in (language, *ALTERNATES.get(language, ())):

@@ -37,6 +37,7 @@ import contextualize
 import fulltext
 import kb as kbmod
 from common import limits, paths, run_status
+from common.commands import command
 from common.pidlock import LockBusy
 from formats import ocr
 from index import store_errors
@@ -127,8 +128,8 @@ def _refuse_taken_names(kb: kbmod.KnowledgeBase, files: list[tuple[Path, str]]) 
             if row is not None and _is_other_file(row["path"], path):
                 raise SourceNameTaken(
                     f"source name {name!r} already names {row['path']}, a different file; give "
-                    f"{path} another source name (`python ingest.py FILE NAME`, or ingest_file's "
-                    "source_name), or move the other file away and sync first")
+                    f"{path} another source name (`{command('ingest', 'FILE', 'NAME')}`, or "
+                    "ingest_file's source_name), or move the other file away and sync first")
     finally:
         conn.close()
 
@@ -163,7 +164,7 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
     if "full" in scopes and not kb.source_paths and not runs.has_urls(kb):
         raise kbmod.ConfigError(f"knowledge base {kb.id!r} has no folders to sync; add them to "
                                 f"'sourcePaths' in {kb.folder / 'config.json'}, or index a "
-                                f"file or folder with `python ingest.py PATH --kb {kb.id}`")
+                                f"file or folder with `{command('ingest', 'PATH', '--kb', kb.id)}`")
 
     def work(indexer: Indexer, summary: Summary) -> None:
         if "contextualization" in scopes:
@@ -256,8 +257,9 @@ def main(argv: list[str] | None = None) -> int:
                              progress=not args.quiet, run=run)
             if args.path.is_dir() and not args.once and kbmod.follow(kb, args.path):
                 summary.following = (f"{kb.id} now follows {args.path.resolve()}: "
-                                     f"`python ingest.py --kb {kb.id}` or start_reindex keeps it "
-                                     "current (--once indexes a folder without following it)")
+                                     f"`{command('ingest', '--kb', kb.id)}` or start_reindex "
+                                     "keeps it current (--once indexes a folder without "
+                                     "following it)")
     except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError,
             SourceNameTaken, limits.UserError, FilesHeld) as err:
         print(f"linecite: {err}", file=sys.stderr)

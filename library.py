@@ -24,6 +24,7 @@ import ingest
 import kb as kbmod
 import queue_runner
 from common import limits, run_status
+from common.commands import command
 from common.limits import UserError, check_text, shown
 from common.pidlock import LockBusy
 from formats.languages import parser_language
@@ -200,7 +201,7 @@ class Library:
         if known and kb_id is not None and kb_id not in known:
             raise UserError(f"unknown kb_id {shown(kb_id)}; known knowledge bases: "
                             f"{', '.join(known)}. A new knowledge base is created by indexing "
-                            f"into it: `python ingest.py FILE --kb ID`")
+                            f"into it: `{command('ingest', 'FILE', '--kb', 'ID')}`")
         if known:
             return kbmod.load(self.base, self.kbs.resolve(kb_id))
         # the first file of an empty base creates its KB, as `python ingest.py` does

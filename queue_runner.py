@@ -46,6 +46,7 @@ from pathlib import Path
 
 import kb as kbmod
 from common import atomic, paths, run_status
+from common.commands import command
 from common.pidlock import LockBusy, PidLock
 from common.run_status import (
     WRITER_LOCK,
@@ -233,7 +234,7 @@ def live_status(base: Path, kb_id: str) -> dict:
     elif recorded.get("status") == "running" or place == 0:
         info.update(same_run, status="interrupted", detail=(
             "the indexing run stopped before it finished (its process is gone); the next run "
-            "completes it: start_reindex, or `python ingest.py --kb " + kb_id + "`"))
+            "completes it: start_reindex, or `" + command("ingest", "--kb", kb_id) + "`"))
     elif place is not None:
         info["status"] = "queued"
     return info

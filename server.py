@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import kb as kbmod
 from adapters import mcp_internals
 from common import limits, paths
+from common.commands import command
 from common.limits import UserError
 from common.version import VERSION
 from library import MAX_CONTEXT, Library
@@ -318,7 +319,7 @@ async def start_reindex(
                     "does every scope asked")] = "full",
     force: Annotated[bool, Field(description="Redo unchanged files too")] = False,
     deferred: Annotated[bool, Field(description="Only queue it; it runs with the next "
-                                                "`queue_runner.py --sweep-all`")] = False,
+                                                f"`{command('queue', '--sweep-all')}`")] = False,
 ) -> dict:
     """Queue a reindex of a knowledge base and start the background orchestrator.
 

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from common import atomic, paths
+from common.commands import pip_install
 from formats.base import Extracted, ExtractError, listener
 
 # -----------------------------------------------------------------------------
@@ -351,8 +352,8 @@ def _no_engine_message(engine: str) -> str:
     if engine == "openai-whisper":
         return ("the openai-whisper engine is not installed: `pip install openai-whisper` (and "
                 "ffmpeg), or set the KB's audio.engine to faster-whisper")
-    return (f"no speech-recognition engine is installed; run `{install_command()}` (or `pip "
-            "install -r requirements-audio.txt`) and index the recording again")
+    return (f"no speech-recognition engine is installed; run `{install_command()}` (or "
+            f"`{pip_install('requirements-audio.txt')}`) and index the recording again")
 
 
 def _model_message(model: str, exc: Exception) -> str:

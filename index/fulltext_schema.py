@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path, PurePath, PureWindowsPath
 
 from common import limits
+from common.commands import command
 
 # ---------------------------------------------------------------------------
 SCHEMA_VERSION = 10
@@ -239,7 +240,7 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     scan) is reported, never read `immutable`: SQLite leaves a live WAL index read that way
     undefined (a stale or torn snapshot)."""
     if not path.exists():
-        raise FileNotFoundError(f"no index at {path}; run `python ingest.py FILE` first")
+        raise FileNotFoundError(f"no index at {path}; run `{command('ingest', 'FILE')}` first")
     uri = sqlite_uri(path.resolve())
     conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False,
                            timeout=limits.INDEX_BUSY_WAIT_S)  # waits out a short lock
@@ -278,7 +279,8 @@ def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     if readonly:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if not 1 <= version <= SCHEMA_VERSION:
-            raise SchemaError(f"{path} has schema version {version}; reindex it with ingest.py")
+            raise SchemaError(f"{path} has schema version {version}; reindex it with "
+                              f"`{command('ingest', '--kb', path.parent.name, '--rebuild')}`")
     else:
         _migrate(conn)
     return conn

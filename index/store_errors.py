@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from common.commands import command
 from common.limits import UserError
 
 
@@ -37,7 +38,7 @@ def is_damage(err: sqlite3.DatabaseError) -> bool:
 def damaged(kb_id: str, index: Path, err: sqlite3.DatabaseError) -> KBDamaged:
     """The damage, with the two ways out."""
     return KBDamaged(f"knowledge base {kb_id!r} is damaged: {index} cannot be read ({err}); "
-                     f"rebuild it from its source files with `python ingest.py --kb {kb_id} "
+                     f"rebuild it from its source files with `{command('ingest', '--kb', kb_id)} "
                      "--rebuild` (the damaged file is kept aside), or restore that file from a "
                      "backup")
 

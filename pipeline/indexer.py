@@ -29,6 +29,7 @@ import extract
 import fulltext
 import kb as kbmod
 from common import limits, paths, run_status, safeopen
+from common.commands import command
 from common.pidlock import PidLock
 from formats import audio, base
 from index import segment, states
@@ -554,7 +555,7 @@ def _no_text(path: Path, doc) -> tuple[str, str]:
         return "ocr-unavailable", f"{path.name} has no text layer and needs OCR: {missing[0]}"
     said = f" ({'; '.join(doc.warnings)})" if doc.warnings else ""
     return "empty", (f"{path.name} has {len(doc.pages)} page(s) but no text{said}; if it is a "
-                     f"scan, check OCR with `python ingest.py smoke-ocr {path.name}`.")
+                     f"scan, check OCR with `{command('ingest', 'smoke-ocr', path.name)}`.")
 
 
 def _no_chunks_warning(lines: int) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import chroma_store
 import kb as kbmod
 from common import run_status
+from common.commands import command
 from pipeline import runs
 from pipeline.indexer import Indexer, Summary, writer_lock
 from sources import folders, url_fetch
@@ -76,9 +77,9 @@ def _rebuild_work(kb: kbmod.KnowledgeBase, known: list[tuple[str, str]], unread:
         if unread:
             summary.warnings.append({"source": None, "warning": (
                 f"the damaged index could not be read ({unread}), so only the sourcePaths "
-                f"folders were rebuilt; index other files again with `python ingest.py FILE "
-                f"--kb {kb.id}` (the old index is kept as {kb.fulltext_path.name}.damaged-"
-                f"{stamp})")})
+                f"folders were rebuilt; index other files again with "
+                f"`{command('ingest', 'FILE', '--kb', kb.id)}` (the old index is kept as "
+                f"{kb.fulltext_path.name}.damaged-{stamp})")})
         indexer.index_all(files, summary, force=True)
         if kb.source_paths:
             plan = folders.plan_sync(indexer.conn, kb)
@@ -130,8 +131,8 @@ def _held_message(kb: kbmod.KnowledgeBase, err: PermissionError, stuck: list[Pat
              + " back to its name without `.damaged-...` before you retry")
     return (f"cannot move {err.filename} aside to rebuild KB {kb.id!r}: another program holds "
             f"it open ({err.strerror}), most likely a linecite server run by an MCP host; quit "
-            f"the host (Claude Desktop, Cursor, ...) or stop server.py, then run `python "
-            f"ingest.py --kb {kb.id} --rebuild` again ({where})")
+            f"the host (Claude Desktop, Cursor, ...) or stop server.py, then run "
+            f"`{command('ingest', '--kb', kb.id, '--rebuild')}` again ({where})")
 
 
 def _indexed_paths(index: Path) -> tuple[list[tuple[str, str]], str | None]:

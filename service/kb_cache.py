@@ -26,6 +26,7 @@ import fulltext
 import kb as kbmod
 import search
 from common import limits, run_status
+from common.commands import command
 from common.limits import UserError, check_text, shown
 from common.pidlock import PidLock
 from index import states, store_errors
@@ -166,8 +167,8 @@ class KBCache:
         known = self.kb_ids()
         if not known:
             raise UserError(f"there is no knowledge base under {self.base} yet; create one by "
-                            "indexing files: `python ingest.py FILE_OR_FOLDER [--kb ID]`, or "
-                            "call ingest_file")
+                            f"indexing files: `{command('ingest', 'FILE_OR_FOLDER', '[--kb ID]')}`,"
+                            " or call ingest_file")
         if kb_id is None:
             if len(known) == 1:
                 return known[0]
@@ -193,7 +194,7 @@ class KBCache:
         kb = kbmod.load(self.base, kb_id)
         if not kb.fulltext_path.exists():
             raise UserError(f"knowledge base {kb_id!r} has nothing indexed yet; index "
-                            f"files with `python ingest.py FILE --kb {kb_id}`")
+                            f"files with `{command('ingest', 'FILE', '--kb', kb_id)}`")
         identity = file_identity(kb.fulltext_path)  # before the opens, as the stamp
         reads = open_reader(kb)
         try:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import kb as kbmod
 from common import limits
+from common.commands import command
 from common.limits import UserError, shown
 
 # ---------------------------------------------------------------------------
@@ -32,7 +33,8 @@ def chosen(kb_id: str | Sequence[str], known: list[str]) -> list[str]:
     MAX_SEARCH_KBS."""
     if not known:
         raise UserError("there is no knowledge base yet; create one by indexing files: "
-                        "`python ingest.py FILE_OR_FOLDER [--kb ID]`, or call ingest_file")
+                        f"`{command('ingest', 'FILE_OR_FOLDER', '[--kb ID]')}`, or call "
+                        "ingest_file")
     if kb_id == EVERY_KB:
         if len(known) > MAX_SEARCH_KBS:
             raise UserError(f'kb_id "*" would search {len(known)} knowledge bases; one search '

@@ -20,14 +20,10 @@ import shlex
 import sys
 from pathlib import Path
 
+from common.commands import launcher_path
 from setup import mcp_config
 
 HERE = Path(__file__).resolve().parent.parent  # the checkout: setup/ sits in it
-BIN = HERE / "bin"
-
-
-def launcher_path(platform: str = sys.platform) -> Path:
-    return BIN / ("linecite.cmd" if platform == "win32" else "linecite")
 
 
 def baked_env() -> dict[str, str]:

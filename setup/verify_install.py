@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.commands import pip_install
+
 HERE = Path(__file__).resolve().parent.parent  # the checkout: setup/ sits in it
 MIN_TOOLS = 6
 KB_ID = "linecite-selftest"
@@ -47,8 +49,7 @@ QUERIES = {  # mode -> (query, the sample it must find)
 }
 STEP_SECONDS = 300.0  # the most one step may take (a first start on a slow disk)
 LOADING_PAUSE = 0.5  # between searches while the server says its meaning index still loads
-REINSTALL = (f'"{sys.executable}" -m pip install -r "{HERE / "requirements.txt"}" '
-             f'-c "{HERE / "constraints.txt"}"')
+REINSTALL = pip_install("requirements.txt")
 
 
 async def tool_names(server: Path, timeout: float, env: dict | None = None) -> list[str]:

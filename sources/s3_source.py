@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 import fulltext
 import kb as kbmod
 from common import limits
+from common.commands import pip_install
 from sources import folders
 
 PAGE_KEYS = 1000  # keys asked per listing page (S3's own most)
@@ -75,8 +76,8 @@ def client(block: dict):
         import boto3
         from botocore.config import Config
     except ImportError:
-        raise BucketError("boto3-missing", "buckets need boto3: pip install -r "
-                                           "requirements-s3.txt -c constraints.txt") from None
+        raise BucketError("boto3-missing", "buckets need boto3: "
+                                           f"{pip_install('requirements-s3.txt')}") from None
     names = key_names(block)
     keys = [os.environ.get(name, "") for name in names]
     for name, key, what in zip(names, keys, ("access key id", "secret key"), strict=True):

@@ -18,7 +18,7 @@ import fulltext
 import ingest
 import kb as kbmod
 import queue_runner
-from common import run_status, safeopen
+from common import commands, run_status, safeopen
 from common.pidlock import LockBusy, PidLock
 from formats import pdf as pdf_reader
 from index import exact, fulltext_schema
@@ -125,7 +125,7 @@ def test_status_shows_a_running_cli_ingest_then_interrupted_after_kill_then_its_
         proc.wait(timeout=30)
     gone = queue_runner.live_status(base, "notes")
     assert gone["status"] == "interrupted" and gone["pid"] == proc.pid
-    assert "python ingest.py --kb notes" in gone["detail"]
+    assert commands.command("ingest", "--kb", "notes") in gone["detail"]
     again = cli(base, str(docs), "--kb", "notes")
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, err.decode("utf-8", "replace")

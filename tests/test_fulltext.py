@@ -227,7 +227,7 @@ def test_newer_schema_is_refused_with_advice(tmp_path):
 
 
 def test_readonly_open_of_missing_index_says_how_to_create_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match="ingest.py"):
+    with pytest.raises(FileNotFoundError, match="linecite ingest FILE"):  # the launcher's
         fulltext.connect(tmp_path / "nothing.sqlite3", readonly=True)
 
 

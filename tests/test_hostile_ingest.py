@@ -22,6 +22,7 @@ import formats.base
 import fulltext
 import ingest
 import kb as kbmod
+from common import commands
 from common.limits import UserError
 from index import exact, segment, store_errors
 from library import Library
@@ -482,7 +483,7 @@ def test_a_storage_error_means_one_thing_to_the_server_and_the_cli(tmp_path):
         damaged = store_errors.user_error("docs", index, garbage, writing)
         assert isinstance(damaged, store_errors.KBDamaged)
         assert f"{index} cannot be read" in str(damaged)
-        assert "`python ingest.py --kb docs --rebuild`" in str(damaged)
+        assert f"`{commands.command('ingest', '--kb', 'docs')} --rebuild`" in str(damaged)
         assert told(bug, writing) is None  # a bug is raised as it is, never "rebuild"
     assert "is damaged" in told(gone, False)  # the server cannot open the file it serves
     assert "make the KB folder writable" in told(gone, True)  # an ingest cannot make it

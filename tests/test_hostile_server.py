@@ -254,11 +254,11 @@ async def test_one_damaged_kb_never_breaks_the_others(base, tmp_path):
             "broken": "damaged", "docs": "ready", "garbled": "error", "nochroma": "degraded"}
         assert "--rebuild" in kbs["broken"]["error"]
         assert "UTF-8" in kbs["garbled"]["error"]
-        assert "ingest.py --kb nochroma" in kbs["nochroma"]["error"]
+        assert "ingest --kb nochroma" in kbs["nochroma"]["error"]
         for mode in ("auto", "bm25", "exact"):
             text = await tool_error(client, "search", query="zanzibar", kb_id="broken",
                                     search_mode=mode)
-            assert "damaged" in text and "ingest.py --kb broken --rebuild" in text, text
+            assert "damaged" in text and "ingest --kb broken --rebuild" in text, text
         text = await tool_error(client, "list_sources", kb_id="broken")
         assert "--rebuild" in text
         found = await call(client, "search", query="zanzibar drill", kb_id="docs")
@@ -268,7 +268,7 @@ async def test_one_damaged_kb_never_breaks_the_others(base, tmp_path):
         assert "vector leg unavailable" in found["degraded"]
         text = await tool_error(client, "search", query="zanzibar", kb_id="nochroma",
                                 search_mode="vector")
-        assert "missing" in text and "ingest.py --kb nochroma" in text
+        assert "missing" in text and "ingest --kb nochroma" in text
         info = await call(client, "get_index_info", kb_id="nochroma")
         assert any("missing" in w for w in info["warnings"])
     assert "Traceback" not in (tmp_path / "server.log").read_text(encoding="utf-8")

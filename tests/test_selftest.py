@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 import cli
+import ingest
+from common import commands
 from setup import launcher, verify_install
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,7 +130,7 @@ def test_the_launcher_indexes_into_the_hosts_base_from_a_shell_without_linecite_
     (no LINECITE_HOME) the CLI wrote to another base folder than the host reads."""
     base = tmp_path / "base"
     monkeypatch.setenv("LINECITE_HOME", str(base))  # what the host config carries
-    monkeypatch.setattr(launcher, "BIN", tmp_path / "bin")
+    monkeypatch.setattr(commands, "BIN", tmp_path / "bin")
     path, changed = launcher.write("linux")
     assert changed and path == tmp_path / "bin" / "linecite" and os.access(path, os.X_OK)
     assert launcher.write("linux") == (path, False)  # a second run leaves it alone
@@ -175,3 +177,33 @@ def test_cli_runs_each_command_and_refuses_an_unknown_one(capsys):
             cli.main([command, "--help"])
         assert done.value.code == 0
         assert f"usage: linecite {command}" in capsys.readouterr().out
+
+
+def test_every_command_the_product_prints_is_the_launchers(tmp_path, capsys):
+    """Regression (issue 49 item 3): the ingest summary's `following` said `python ingest.py
+    --kb default`, which fails from a bare shell or under another Python."""
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Harbour crane inspection notes.\n", encoding="utf-8")
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "default").mkdir()
+    (base / "default" / "config.json").write_text(json.dumps(
+        {"id": "default", "name": "default", "embedding": {"provider": "none"}}), encoding="utf-8")
+    assert ingest.main([str(folder), "--base-path", str(base), "--quiet"]) == 0
+    following = json.loads(capsys.readouterr().out)["following"]
+    launcher_run = commands.command("ingest", "--kb", "default")
+    assert f"`{launcher_run}`" in following and "python ingest.py" not in following
+    assert launcher_run.startswith(str(commands.CHECKOUT / "bin" / "linecite"))
+    assert commands.command("ingest", platform="win32").endswith("linecite.cmd ingest")
+
+
+def test_install_hints_name_this_installs_python():
+    """Regression (issue 49 item 3): the audio needs-action detail said `pip install -r
+    requirements-audio.txt`, which installs into whatever Python `pip` belongs to."""
+    from formats import audio
+
+    message = audio._no_engine_message("faster-whisper")
+    assert commands.pip_install("requirements-audio.txt") in message
+    wanted = commands.CHECKOUT / "requirements-audio.txt"
+    assert f'"{sys.executable}" -m pip install -r "{wanted}"' in message

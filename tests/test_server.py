@@ -395,7 +395,7 @@ async def test_search_while_the_cli_indexes_and_after(stdio, corpus):
     kbs = (await call(stdio, "list_knowledge_bases"))["knowledge_bases"]
     assert kbs[0]["status"] == "incomplete"
     info = await call(stdio, "get_index_info")
-    assert info["status"] == "interrupted" and "ingest.py" in info["detail"]
+    assert info["status"] == "interrupted" and "linecite ingest" in info["detail"]
     summary = ingest_cli(str(corpus.docs / "busy.txt"), base=corpus.base)
     assert summary["embedded"] >= 1 and summary["fulltext"]["pending"] == 0
     hits = (await call(stdio, "search", query="orrery calibration", search_mode="vector",
@@ -485,7 +485,7 @@ async def test_base_folder_without_knowledge_base(corpus, tmp_path):
         for tool, args in (("search", {"query": "배포"}), ("list_sources", {}),
                            ("read_range", {"source": "a.txt", "page": 1})):
             text = await tool_error(client, tool, **args)
-            assert "no knowledge base" in text and "ingest.py" in text, (tool, text)
+            assert "no knowledge base" in text and "linecite ingest" in text, (tool, text)
         assert (await call(client, "list_knowledge_bases"))["knowledge_bases"] == []
         text = await tool_error(client, "ingest_file", path=str(corpus.outside / "secret.txt"))
         assert "outside the folders" in text
@@ -530,7 +530,7 @@ async def test_several_knowledge_bases(corpus, tmp_path):
         text = await tool_error(client, "search", query="배포", kb_id="broken")
         assert "config.json" in text and "JSON" in text
         text = await tool_error(client, "list_sources", kb_id="empty")
-        assert "nothing indexed" in text and "ingest.py" in text
+        assert "nothing indexed" in text and "linecite ingest" in text
         text = await tool_error(client, "read_range", source=corpus.ko, page=1)
         assert "copy, default" in text and "kb_id" in text
         got = await call(client, "read_range", source=corpus.ko, page=1, kb_id="copy")
