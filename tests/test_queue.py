@@ -179,16 +179,23 @@ def test_a_cancel_between_taking_a_job_and_starting_it_is_honoured(tmp_path, mon
     assert_cancelled_before_it_ran(base, kb)
 
 
-def test_a_cancel_while_a_taken_job_finds_its_kb_busy_is_honoured(tmp_path, monkeypatch):
-    # issue 45 item 6a, the same race when the taken job found its KB busy: run_entry cleared
-    # the cancel, the job went back to waiting, and it ran once the KB was free
+def queued_behind_a_writer(tmp_path: Path, monkeypatch) -> tuple[Path, object, PidLock]:
+    """KB `notes` queued for a full sync while a writer (as `python ingest.py`) holds its real
+    writer lock; the queue retries a busy KB at once."""
     base, docs = tmp_path / "base", tmp_path / "docs"
     write_docs(docs, 2)
     kb = make_kb(base, "notes", docs, BM25_ONLY)
     cli = PidLock(kb.folder / run_status.WRITER_LOCK, "indexing of KB 'notes'")
-    cli.acquire()  # the KB's real writer lock, held as `python ingest.py` holds it
+    cli.acquire()
     queue_runner.enqueue(base, "notes", "full", False, False)
     monkeypatch.setattr(queue_runner, "BUSY_RETRY_FIRST", 0.01)
+    return base, kb, cli
+
+
+def test_a_cancel_while_a_taken_job_finds_its_kb_busy_is_honoured(tmp_path, monkeypatch):
+    # issue 45 item 6a, the same race when the taken job found its KB busy: run_entry cleared
+    # the cancel, the job went back to waiting, and it ran once the KB was free
+    base, kb, cli = queued_behind_a_writer(tmp_path, monkeypatch)
     real_requeue, answers = queue_runner._requeue_busy, []
 
     def cancel_then_requeue(at: Path, entry: dict, holder: dict | None) -> None:
@@ -339,13 +346,7 @@ def test_an_unexpected_error_in_run_entry_is_recorded_not_raised(tmp_path, monke
 def test_a_job_whose_kb_is_busy_waits_for_the_writer_then_runs(tmp_path, monkeypatch):
     # issue 25 item 3: while a CLI ingest held the KB the queued job failed with LockBusy and
     # was deleted (`last_run` said LockBusy, the queue was empty)
-    base, docs = tmp_path / "base", tmp_path / "docs"
-    write_docs(docs, 2)
-    kb = make_kb(base, "notes", docs, BM25_ONLY)
-    cli = PidLock(kb.folder / run_status.WRITER_LOCK, "indexing of KB 'notes'")
-    cli.acquire()  # the KB's real writer lock, held as `python ingest.py` holds it
-    queue_runner.enqueue(base, "notes", "full", False, False)
-    monkeypatch.setattr(queue_runner, "BUSY_RETRY_FIRST", 0.01)
+    base, kb, cli = queued_behind_a_writer(tmp_path, monkeypatch)
     real_sleep, seen = queue_runner._sleep_until, []
 
     def look_then_the_cli_run_ends(when: float) -> None:  # the drain waits for the KB
