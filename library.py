@@ -96,7 +96,7 @@ class Library:
             return self.searches.answer(self.kbs.resolve(kb_id), request)
         kbs = multikb.chosen(kb_id, known)
         return multikb.search_all(kbs, request.top_k,
-                                  lambda kb: self.searches.answer(kb, request),
+                                  lambda kb: self.searches.answer(kb, request, across=True),
                                   health.search_status)
 
     def warm_up(self) -> str:

@@ -29,11 +29,12 @@ import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from functools import lru_cache
 
 import fulltext
 from common import limits
 from index import exact, query_sql, states
-from ranking import definitions, neighbours, titles
+from ranking import definitions, evidence, neighbours, titles
 from ranking.fusion import RRF_K, Candidate, fuse
 from ranking.hits import Hit, merge_into, with_text
 from ranking.request import DEFAULT_SETTINGS, SearchRequest, SearchSettings
@@ -53,6 +54,7 @@ DEFINER_WIDTH = 300  # characters of each such line read: a declaration starts i
 # a search narrowed to sources with at most this many embedded chunks scores each of them
 # (their stored vectors): Chroma's filtered HNSW search missed chunks of a small allowed set
 EXACT_VECTOR_CHUNKS = 10_000
+QUERY_TOKENS_KEPT = 64  # questions whose tokens a Searcher keeps
 # ---------------------------------------------------------------------------
 
 
@@ -125,6 +127,9 @@ class Searcher:
             from index import segment
             tokenize = segment.tokens
         self.tokenize = tokenize
+        # the last questions' tokens: the lexical leg and evidence.py both need them, and a
+        # Korean question's cost a Kiwi call (4 ms) each time
+        self.query_tokens = lru_cache(maxsize=QUERY_TOKENS_KEPT)(tokenize)
 
     def search(self, request: SearchRequest, settings: SearchSettings = DEFAULT_SETTINGS,
                vectors: Mapping[str, list[float]] | None = None) -> list[Hit]:
@@ -135,7 +140,8 @@ class Searcher:
         query = request.query
         queries = [query, *dict.fromkeys(v for v in request.queries if v != query)]
         if request.mode == "exact":
-            return self._exact(queries, request.top_k, request.source, request.case_sensitive)
+            return self._with_evidence(self._exact(queries, request.top_k, request.source,
+                                                   request.case_sensitive), queries, "exact")
         vectors = vectors or {}
         lists = [self._ranked(q, request, settings, vectors.get(q)) for q in queries]
         if request.mode == "auto" and settings.definitions_first:
@@ -153,13 +159,37 @@ class Searcher:
             hit = Hit(row["chunk_id"], row["source"], row["page"], row["line_start"],
                       row["line_end"], row["text"], score,
                       {"bm25": cand.bm25_rank, "vector": cand.vector_rank}, [row["chunk_id"]],
-                      queries=found_by[row["chunk_id"]] if found_by else None)
+                      queries=found_by[row["chunk_id"]] if found_by else None,
+                      similarity=self._similarity(request, cand))
             if not merge_into(hits, hit):
                 hits.append(hit)
             if len(hits) >= pool:
                 break
         chosen = self._mmr(hits, top_k, diversity) if diversity > 0 else _diversify(hits)
-        return with_text(self.conn, chosen[:top_k], "\n".join(queries), self.tokenize)
+        return self._with_evidence(with_text(self.conn, chosen[:top_k], "\n".join(queries),
+                                             self.tokenize), queries, request.mode)
+
+    def _similarity(self, request: SearchRequest, cand: Candidate) -> float | None:
+        """A candidate's cosine with the query when the vector leg ran (a chunk it never
+        scored, such as a definition only `exact` found, has none)."""
+        scored = cand.vector_rank is not None or cand.cosine != 0.0
+        return cand.cosine if scored and request.mode != "bm25" and self.store is not None \
+            else None
+
+    def _with_evidence(self, hits: list[Hit], queries: list[str], mode: str) -> list[Hit]:
+        """The hits with what found them (evidence.py): the query's words each holds, and
+        whether it is weak, judged by this embedder's closeness band."""
+        if not hits:
+            return hits
+        return evidence.annotate(self.conn, hits,
+                                 evidence.query_terms(queries, self.query_tokens), self.band,
+                                 self.tokenize, literal=mode == "exact")
+
+    @property
+    def band(self) -> evidence.Band | None:
+        """The closeness band of this KB's embedder (None without one, or unmeasured)."""
+        embedder = getattr(self.store, "embedder", None)
+        return None if embedder is None else evidence.band_for(embedder.provider, embedder.model)
 
     def _ranked(self, query: str, request: SearchRequest, settings: SearchSettings,
                 embedding: list[float] | None) -> list[tuple[Candidate, float]]:
@@ -171,7 +201,7 @@ class Searcher:
             raise ValueError("this knowledge base has no embedder; use search_mode 'bm25'")
         candidates: dict[str, Candidate] = {}
         nearest = self._nearest(query, source, embedding) if use_vector else None
-        tokens = self.tokenize(query) if use_bm25 else []
+        tokens = self.query_tokens(query) if use_bm25 else []
         # every matching chunk's BM25, read once: the ranked leg and _complete both use it
         bm25 = fulltext.bm25_all(self.conn, tokens, source) if use_bm25 else {}
         if use_bm25:

@@ -180,7 +180,9 @@ async def search(
 
     Read a hit's exact lines with read_range(source, page, line_start, line_end, kb_id)
     before citing, and check the quotes of an answer with verify_citation before giving it.
-    Filters (path, types, dates, language) narrow the files before ranking.
+    Filters (path, types, dates, language) narrow the files before ranking. Each hit says
+    what found it: `matched` (the query's words it holds) and `similarity` (by meaning);
+    `weak` hits and a `note` mean nothing held the words or came close.
     """
     return await run(ctx, lambda lib: lib.search(SearchRequest.checked(
         query, top_k, search_mode, kb_id, source, queries=queries, diversity=diversity,

@@ -182,12 +182,7 @@ def select(conn: sqlite3.Connection, kb_id: str, filters: Filters,
            text_extensions: Collection[str] = ()) -> list[str]:
     """The names of the KB's sources that pass every filter, at most MAX_FILTER_SOURCES;
     NoMatch (listing what exists) when none does."""
-    cursor = conn.cursor()
-    cursor.row_factory = None  # plain tuples: sqlite3.Row made this read 4 times slower
-    columns = fulltext_schema.table_columns(conn, "sources")
-    spoken = "languages" if "languages" in columns else "NULL"  # an older schema has none
-    rows = cursor.execute(f"SELECT id, name, path, parser, mtime, {spoken} FROM sources"
-                          " ORDER BY name").fetchall()
+    rows = _source_rows(conn)
     path_ok = _path_test(filters.path) if filters.path else None
     dated = filters.after is not None or filters.before is not None
     mail = _mail_dates(conn, [r[0] for r in rows if "mail" in source_types(
@@ -214,6 +209,23 @@ def select(conn: sqlite3.Connection, kb_id: str, filters: Filters,
                         f"{kb_id!r}, more than the {MAX_FILTER_SOURCES:,} a search takes: "
                         "narrow path, types or the dates")
     return names
+
+
+def _source_rows(conn: sqlite3.Connection) -> list[tuple]:
+    """(id, name, path, parser, mtime, languages) of every source, by name."""
+    cursor = conn.cursor()
+    cursor.row_factory = None  # plain tuples: sqlite3.Row made this read 4 times slower
+    columns = fulltext_schema.table_columns(conn, "sources")
+    spoken = "languages" if "languages" in columns else "NULL"  # an older schema has none
+    return cursor.execute(f"SELECT id, name, path, parser, mtime, {spoken} FROM sources"
+                          " ORDER BY name").fetchall()
+
+
+def held(conn: sqlite3.Connection, text_extensions: Collection[str] = ()) -> str:
+    """What the KB holds, for a search that found nothing like its query: how many sources,
+    then `holdings`."""
+    rows = _source_rows(conn)
+    return f"{len(rows):,} source{'s' * (len(rows) != 1)}: {holdings(rows, text_extensions)}"
 
 
 def holdings(rows: list[tuple], text_extensions: Collection[str] = ()) -> str:

@@ -5,7 +5,8 @@ with the union of their lines, up to MAX_HIT_CHUNKS chunks; a hit's text is re-r
 raw lines so it equals `read_range` of its line_start-line_end. When the merged lines hold more than
 limits.MAX_HIT_CHARS, the hit narrows to a window of them that holds its best-ranked chunk
 and, around it, most of the query's tokens (issue 26: an agent was shown the first 4,000
-characters of a page, not the evidence).
+characters of a page, not the evidence). What found a hit (the query's words it holds, its
+cosine with the query, whether that is weak evidence) is set by evidence.py.
 
 Layer: query (below search.py, above fulltext.py).
 """
@@ -26,7 +27,22 @@ MAX_HIT_CHUNKS = 3  # chunks one hit joins: three of chunking.py's ~1,000-charac
 # the best-ranked one); seven once made a hit of a whole page
 MERGE_GAP = 2  # chunks at most this many lines apart border each other: code's definitions
 # are one or two blank lines apart (PEP 8), a document's chunks overlap or touch
+MAX_MATCHED_TERMS = 10  # terms a hit's `matched` lists (its counts cover them all)
 # ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Matched:
+    """Which of the query's searchable terms (the lexical leg's tokens) a hit's chunks hold:
+    `held` of `asked`, each shown as the query wrote it where one word gave it (`shown`)."""
+
+    held: tuple[str, ...]  # tokens, in the query's order
+    asked: tuple[str, ...]  # every distinct token of the query (and its phrasings)
+    shown: tuple[str, ...]  # held, as written: "Payments" for a stemmed "payment"
+
+    def to_json(self) -> dict:
+        return {"words": len(self.held), "of": len(self.asked),
+                "terms": list(self.shown[:MAX_MATCHED_TERMS])}
 
 
 @dataclass(eq=False)  # a hit is one place in a list of hits, not a value
@@ -47,6 +63,9 @@ class Hit:
     merged_lines: tuple[int, int] | None = None  # set when the text shows only a window of them
     queries: list[int] | None = None  # with several phrasings: which ones found it (0-based)
     code: dict[str, str] = field(default_factory=dict)  # language, kind, symbol (code sources)
+    similarity: float | None = None  # cosine with the query (vector leg); None without one
+    matched: Matched | None = None  # set by evidence.py
+    weak: bool = False  # no query word held and not close by meaning (evidence.py)
 
     def __post_init__(self) -> None:
         if self.best_lines is None:
@@ -59,6 +78,12 @@ class Hit:
                "merged_chunk_ids": self.chunk_ids}
         if self.queries is not None:
             hit["queries"] = self.queries
+        if self.matched is not None:
+            hit["matched"] = self.matched.to_json()
+        if self.similarity is not None:
+            hit["similarity"] = round(self.similarity, 3)
+        if self.weak:
+            hit["weak"] = True
         hit.update(self.code)
         notes = []
         if self.merged_lines:
@@ -86,12 +111,14 @@ def _touch(a: Hit, b: Hit) -> bool:
 
 
 def _fold(into: Hit, other: Hit) -> None:
-    """`into` takes `other`'s lines, chunk ids and best rank per leg."""
+    """`into` takes `other`'s lines, chunk ids, best rank per leg and best cosine."""
     into.line_start = min(into.line_start, other.line_start)
     into.line_end = max(into.line_end, other.line_end)
     into.chunk_ids += [c for c in other.chunk_ids if c not in into.chunk_ids]
     if into.queries is not None and other.queries is not None:
         into.queries = sorted(set(into.queries) | set(other.queries))
+    if other.similarity is not None:
+        into.similarity = max(into.similarity or other.similarity, other.similarity)
     for leg, rank in other.ranks.items():
         if rank is not None and (into.ranks.get(leg) is None or rank < into.ranks[leg]):
             into.ranks[leg] = rank

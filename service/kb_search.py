@@ -19,7 +19,7 @@ import kb as kbmod
 import search
 from common.limits import UserError
 from providers.embedders import EmbedderMismatch
-from ranking import filters, query_expansion, rerank
+from ranking import evidence, filters, query_expansion, rerank
 from ranking.filters import Filters
 from ranking.request import SearchRequest, SearchSettings
 from service import source_names
@@ -36,9 +36,10 @@ class KBSearch:
         self.kbs = kbs
         self._rerankers: dict[str, object] = {}  # a `rerank` block's JSON -> its Reranker
 
-    def answer(self, kb: str, request: SearchRequest) -> dict:
+    def answer(self, kb: str, request: SearchRequest, across: bool = False) -> dict:
         """The KB's answer to `request`: its hits, and what was searched and why some leg
-        could not serve."""
+        could not serve; a `note` when every hit is weak (evidence.py). `across` (a search of
+        several KBs): also `evidence`, the strength of its best hit for multikb.py's merge."""
         mode, source = request.mode, request.source
         if source is not None:
             source = source_names.sources_named(self.kbs, kb, source)
@@ -79,6 +80,10 @@ class KBSearch:
                     f"vector leg unavailable, keyword results only: {err}"
                 hits = searcher.search(replace(asking, mode="bm25"), settings)
             note = entry.config_note
+            weak = mode != "exact" and all(h.weak for h in hits)
+            holds = filters.held(entry.searches.conn, entry.kb.text_extensions) if weak else ""
+            power = evidence.strength(entry.searches.conn, hits, searcher.band) \
+                if across and mode != "exact" else 1.0
         if reranker is not None:
             hits, skipped = rerank.rerank_hits(reranker, searched[0], hits)
             degraded = "; ".join(filter(None, [degraded, skipped])) or None
@@ -93,6 +98,11 @@ class KBSearch:
             result["degraded"] = degraded
         if note:
             result["warning"] = note
+        if weak:
+            judged = vector and not degraded and searcher.band is not None  # by meaning too
+            result["note"] = evidence.weak_note(kb, holds, judged, bool(hits))
+        if across:
+            result["evidence"] = round(power, 3)
         return result
 
     def _hybrid(self, entry: OpenKB, request: SearchRequest, settings: SearchSettings,

@@ -4,10 +4,14 @@
 on its own, as a one-KB search is (its own legs, embedder, fusion and settings: a KB with
 `embedding: none` answers from BM25, one with another embedder from its own vectors), so
 every leg is normalised over that KB's own candidates. The KBs' rankings are then made
-comparable by dividing each KB's scores by its best (its best hit scores 1: a KB holding
-many documents does not crowd out one holding few), and merged, ties going to the better
-rank within its KB. A KB that cannot answer (damaged, broken config, nothing indexed, no
-source passing the filters) is named in `knowledge_bases` with why, and the others answer.
+comparable: each KB's scores over its best (a KB holding many documents does not crowd out
+one holding few), times the strength of that best evidence (ranking/evidence.py: the share
+of the query's words it holds, weighted by their rarity in that KB, or how close it is by
+meaning), so a KB where no word occurs and nothing is close never shows a strong score (its
+best hit scored 1 before, issue 47); then merged, ties going to the better rank within its
+KB. When every KB's hits are weak, one `note` says so. A KB that cannot answer (damaged,
+broken config, nothing indexed, no source passing the filters) is named in
+`knowledge_bases` with why, and the others answer.
 
 Layer: surface: below library.py's search (which hands it a one-KB search), above nothing of
 the query engine.
@@ -25,6 +29,10 @@ from common.limits import UserError, shown
 # ---------------------------------------------------------------------------
 EVERY_KB = "*"  # kb_id meaning every knowledge base
 MAX_SEARCH_KBS = 10  # knowledge bases one search call may take
+NOTHING_CLOSE = ("No knowledge base searched holds a word of the query or a passage close in "
+                 "meaning: every hit is weak (each KB's `note` in knowledge_bases says what it "
+                 "holds); try other words, the documents' language (queries=[...]), or "
+                 "list_sources")
 # ---------------------------------------------------------------------------
 
 
@@ -72,14 +80,18 @@ def search_all(kbs: list[str], top_k: int, search_one: Callable[[str], dict],
         answers.append(answer)
         entry = {"kb_id": kb_id, "status": "degraded" if answer.get("degraded") else "ok",
                  "hits": len(answer["hits"])}
-        entry.update({k: answer[k] for k in ("degraded", "warning", "expansion", "queries")
-                      if k in answer})
+        entry.update({k: answer[k] for k in ("evidence", "degraded", "warning", "note",
+                                             "expansion", "queries") if k in answer})
         report.append(entry)
     if not answers:
         raise UserError("no knowledge base could answer: " + "; ".join(
             f"{r['kb_id']}: {r['error']}" for r in report))
     result = {"kb_id": kbs, "search_mode": answers[0]["search_mode"],
-              "hits": merged([a["hits"] for a in answers], top_k), "knowledge_bases": report}
+              "hits": merged([a["hits"] for a in answers], top_k,
+                             [a.get("evidence", 1.0) for a in answers]),
+              "knowledge_bases": report}
+    if all("note" in a for a in answers):
+        result["note"] = NOTHING_CLOSE
     failed = [r["kb_id"] for r in report if r["status"] not in ("ok", "degraded")]
     if failed:
         result["failed"] = (f"{', '.join(failed)} did not answer (see knowledge_bases); "
@@ -87,15 +99,18 @@ def search_all(kbs: list[str], top_k: int, search_one: Callable[[str], dict],
     return result
 
 
-def merged(rankings: list[list[dict]], top_k: int) -> list[dict]:
-    """The KBs' hits in one list: each score over its KB's best (kept as `kb_score`), best
-    first, ties by the rank within its KB, then by the order the KBs were named."""
+def merged(rankings: list[list[dict]], top_k: int,
+           strengths: list[float] | None = None) -> list[dict]:
+    """The KBs' hits in one list: each score over its KB's best times that KB's strength of
+    evidence (1 when not given; the KB's own score kept as `kb_score`), best first, ties by
+    the rank within its KB, then by the order the KBs were named."""
     pooled = []
     for order, hits in enumerate(rankings):
         best = max((h["score"] for h in hits), default=0.0) or 1.0
+        scale = 1.0 if strengths is None else strengths[order]
         for rank, hit in enumerate(hits):
-            pooled.append((-hit["score"] / best, rank, order,
-                           {**hit, "score": round(hit["score"] / best, 6),
-                            "kb_score": hit["score"]}))
+            score = round(hit["score"] / best * scale, 6)
+            pooled.append((-score, rank, order, {**hit, "score": score,
+                                                  "kb_score": hit["score"]}))
     pooled.sort(key=lambda item: item[:3])
     return [item[3] for item in pooled[:top_k]]

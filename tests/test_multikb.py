@@ -33,6 +33,7 @@ from service import multikb
 
 REPO = Path(__file__).resolve().parent.parent
 QUERY = "harbour crane containers"
+ONE_KB_ORDER = [("crane.txt", 1.0), ("budget.txt", 0.318421)]  # as before issue 47
 module_loop = pytest.mark.asyncio(loop_scope="module")  # share the module's stdio server
 DOCS = {
     "manuals": {"crane.txt": "The harbour crane lifts cargo containers onto the ships.",
@@ -209,3 +210,43 @@ async def test_over_http_the_same_search_names_every_kb(world, tmp_path):
     assert {r["kb_id"]: r["status"] for r in got["knowledge_bases"]} == {
         "broken": "damaged", "code": "ok", "manuals": "ok", "notes": "ok"}
     assert {h["kb_id"] for h in got["hits"][:3]} == {"code", "manuals", "notes"}
+
+
+@module_loop
+async def test_a_word_no_kb_holds_shows_no_strong_hit_and_says_so(client):
+    # issue 47: each KB's scores were divided by its own best, so `kiosk`, a word no KB
+    # holds, came back scored 1.000 from the KBs whose vector leg found something
+    got = await call(client, "search", query="kiosk", kb_id=["code", "manuals", "notes"],
+                     top_k=6)
+    assert {h["kb_id"] for h in got["hits"]} == {"code", "manuals"}
+    for hit in got["hits"]:
+        assert hit["score"] < 0.5 and hit["weak"] is True, hit
+        assert hit["matched"] == {"words": 0, "of": 1, "terms": []}
+        assert isinstance(hit["similarity"], float)  # their vector legs' cosines
+    assert got["note"].startswith("No knowledge base searched holds a word of the query")
+    report = {r["kb_id"]: r for r in got["knowledge_bases"]}
+    assert "it holds 2 sources: types" in report["manuals"]["note"]
+    assert report["notes"]["note"].startswith("No word of the query occurs in knowledge base "
+                                              "'notes': nothing was found; it holds 40 sources")
+    assert report["manuals"]["evidence"] == 0.0
+
+
+@module_loop
+async def test_a_kb_with_the_words_outranks_one_without(client):
+    # issue 47: `code` holds neither word, yet its best vector hit scored 1.000 beside
+    # `manuals`' real match and came first (ties went to the KB named first)
+    got = await call(client, "search", query="hospital budget", kb_id=["code", "manuals"],
+                     top_k=4)
+    first = got["hits"][0]
+    assert (first["kb_id"], Path(first["source"]).name) == ("manuals", "budget.txt")
+    assert first["score"] == 1.0 and first["matched"]["words"] == 2 and "weak" not in first
+    assert all(h["score"] < 0.5 and h["weak"] for h in got["hits"] if h["kb_id"] == "code")
+    assert "note" not in got
+
+
+@module_loop
+async def test_one_kb_ranks_as_before_and_says_what_found_each_hit(client):
+    # the evidence fields change no one-KB ranking (the quality benchmarks depend on it)
+    got = await call(client, "search", query="crane budget lifts", kb_id="manuals", top_k=5)
+    assert [(Path(h["source"]).name, h["score"]) for h in got["hits"]] == ONE_KB_ORDER
+    assert [h["matched"]["terms"] for h in got["hits"]] == [["crane", "lifts"], ["budget"]]

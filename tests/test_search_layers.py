@@ -212,3 +212,32 @@ def test_a_glob_matching_more_sources_than_the_bound_is_refused(tmp_path, monkey
         lib.search(SearchRequest.checked("note", 5, "bm25", "docs", "docs/*.txt"))
     ones = lib.search(SearchRequest.checked("note", 5, "bm25", "docs", "docs/n1*.txt"))
     assert len(ones["hits"]) == 3  # n1,n10,n11
+
+
+def test_each_hit_names_the_query_words_it_holds_in_english_and_korean(tmp_path):
+    # issue 47: a hit said nothing of what found it; `matched` counts the query's searchable
+    # terms (the lexical leg's tokens) its chunks hold, a term shown as the query wrote it
+    lib = library_with(tmp_path, {"en.txt": "The kiosk takes card payment at the gate.",
+                                  "ko.txt": "키오스크에서 카드 결제를 받습니다."})
+    english = lib.search(SearchRequest.checked("kiosk payment refund", 5, "bm25", "docs"))
+    assert [(h["source"], h["matched"]) for h in english["hits"]] == [
+        ("docs/en.txt", {"words": 2, "of": 3, "terms": ["kiosk", "payment"]})]
+    korean = lib.search(SearchRequest.checked("키오스크 결제를 환불", 5, "bm25", "docs"))
+    assert [(h["source"], h["matched"]) for h in korean["hits"]] == [
+        ("docs/ko.txt", {"words": 2, "of": 3, "terms": ["키오스크", "결제"]})]
+    assert not any("weak" in h or "similarity" in h for h in english["hits"] + korean["hits"])
+    assert "note" not in english and "note" not in korean
+
+
+def test_a_search_no_word_of_which_occurs_says_what_the_kb_holds(tmp_path):
+    # issue 47: a search that found nothing like its query said nothing of why
+    lib = library_with(tmp_path, {"en.txt": "The kiosk takes card payment at the gate.",
+                                  "ko.txt": "키오스크에서 카드 결제를 받습니다."})
+    got = lib.search(SearchRequest.checked("harbour crane", 5, "bm25", "docs"))
+    assert got["hits"] == []
+    assert got["note"].startswith("No word of the query occurs in knowledge base 'docs': "
+                                  "nothing was found; it holds 2 sources: types text (2)")
+    assert "languages en (1), ko (1)" in got["note"] and "list_sources" in got["note"]
+    exact = lib.search(SearchRequest.checked("gate", 5, "exact", "docs"))
+    assert exact["hits"][0]["matched"] == {"words": 1, "of": 1, "terms": ["gate"]}
+    assert "weak" not in exact["hits"][0] and "note" not in exact
