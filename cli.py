@@ -2,6 +2,7 @@
 
     linecite ingest PATH [SOURCE_NAME] [--kb NAME] ...   # ingest.py's command line
     linecite ingest --kb NAME                            # sync a KB with its folders
+    linecite remove SOURCE|FILE [--kb NAME]              # drop one source (ingest.py --remove)
     linecite serve [--transport http --port 8000]        # server.py's (stdio by default)
     linecite queue [drain|prune-orphans]                 # queue_runner.py's
     linecite selftest [--base DIR] [--keep]              # verify_install.py --first-hour
@@ -22,6 +23,8 @@ import sys
 
 COMMANDS = {  # command -> (module, arguments put first, what it does)
     "ingest": ("ingest", [], "index files or folders, or sync a KB (ingest.py)"),
+    "remove": ("ingest", ["--remove"],
+               "drop one source from a KB, by its name or its file's path (ingest.py --remove)"),
     "serve": ("server", [], "run the MCP server: stdio, or --transport http (server.py)"),
     "queue": ("queue_runner", [], "drain the reindex queue (queue_runner.py)"),
     "selftest": ("setup.verify_install", ["--first-hour"],

@@ -67,6 +67,7 @@ class SourceFile:
 
 NEEDS_ACTION = ("password-protected", "ocr-unavailable", "audio-unavailable",
                 "converter-unavailable", "too-large")  # the user can fix these
+EMPTY = "empty"  # the reason of a file with no text: state `empty`, which is no failure
 
 
 SEGMENTER_KEY = "segmenter"  # meta key: segment.signature() of the stored chunk tokens
@@ -156,8 +157,20 @@ def record_failure(conn: sqlite3.Connection, src: SourceFile, reason: str, detai
     A source that was indexed before keeps its old lines and chunks (state `degraded`), so a
     bad update never loses what was searchable; a new one is `failed` with nothing indexed, or
     `needs_action` when the user can fix it (a password, a missing OCR engine, a size limit).
+    A file with no text (reason EMPTY) is neither: it is `empty`, and one that had text loses
+    its old lines and chunks (and a mail its attachments), as a rebuild would find it (issue
+    49: an empty `__init__.py` was `failed`, tried again on every run, and every sync of a
+    repository exited 1).
     """
     error = f"{reason}: {detail}"
+    if reason == EMPTY:
+        with conn:
+            for name in [*attachment_names(conn, src.name), src.name]:
+                _drop_source(conn, name)
+            _upsert_source(conn, src, parser=None, state=states.SOURCE_EMPTY, error=error,
+                           pages=0)
+            _flush_bm25(conn)
+        return states.SOURCE_EMPTY
     state = states.SOURCE_NEEDS_ACTION if reason in NEEDS_ACTION else states.SOURCE_FAILED
     with conn:
         row = source_row(conn, src.name)
@@ -221,14 +234,20 @@ def code_sources(conn: sqlite3.Connection, names: Iterable[str]) -> set[str]:
 def delete_source(conn: sqlite3.Connection, name: str) -> None:
     """Drop a source whole; its Chroma ids become tombstones in the same transaction."""
     with conn:
-        conn.execute("INSERT OR IGNORE INTO chroma_tombstones SELECT chunk_id FROM chunks "
-                     "WHERE source_id = (SELECT id FROM sources WHERE name = ?)", (name,))
-        conn.execute("DELETE FROM lines WHERE source_id = (SELECT id FROM sources WHERE name = ?)",
-                     (name,))
-        conn.execute("DELETE FROM chunks WHERE source_id = "
-                     "(SELECT id FROM sources WHERE name = ?)", (name,))
-        conn.execute("DELETE FROM sources WHERE name = ?", (name,))
+        _drop_source(conn, name)
         _flush_bm25(conn)
+
+
+def _drop_source(conn: sqlite3.Connection, name: str) -> None:
+    """A source's row, lines and chunks deleted, its chunks' ids tombstones (inside the
+    caller's transaction)."""
+    conn.execute("INSERT OR IGNORE INTO chroma_tombstones SELECT chunk_id FROM chunks "
+                 "WHERE source_id = (SELECT id FROM sources WHERE name = ?)", (name,))
+    conn.execute("DELETE FROM lines WHERE source_id = (SELECT id FROM sources WHERE name = ?)",
+                 (name,))
+    conn.execute("DELETE FROM chunks WHERE source_id = "
+                 "(SELECT id FROM sources WHERE name = ?)", (name,))
+    conn.execute("DELETE FROM sources WHERE name = ?", (name,))
 
 
 def attachment_names(conn: sqlite3.Connection, name: str) -> list[str]:

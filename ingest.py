@@ -5,13 +5,14 @@
     python ingest.py notes.txt "Meeting notes"  # choose the source name agents will cite
     python ingest.py --kb manuals               # sync KB `manuals` with its sourcePaths folders
     python ingest.py --kb manuals --rebuild     # rebuild a damaged KB from its source files
+    python ingest.py --remove docs/old.pdf      # drop one source (by name or file path)
     python ingest.py smoke-ocr scan.pdf         # check that OCR works: print a scan's text
 
-The entry points a caller uses (ingest, ingest_url, sync, rebuild) and the command line; the
-work is in pipeline/. Files -> extract (extract.py) -> chunk (chunking.py) -> one SQLite
-transaction with the source's lines and chunks (fulltext.py) -> embed pending chunks -> Chroma
-(chroma_store.py) -> mark them indexed: pipeline/indexer.py. SQLite is the record and Chroma
-follows it; a reconcile pass at the start of every run finishes whatever a crash left
+The entry points a caller uses (ingest, ingest_url, sync, rebuild, remove) and the command
+line; the work is in pipeline/. Files -> extract (extract.py) -> chunk (chunking.py) -> one
+SQLite transaction with the source's lines and chunks (fulltext.py) -> embed pending chunks ->
+Chroma (chroma_store.py) -> mark them indexed: pipeline/indexer.py. SQLite is the record and
+Chroma follows it; a reconcile pass at the start of every run finishes whatever a crash left
 (pipeline/runs.py, with the sync's steps); pipeline/rebuild.py rebuilds a damaged KB.
 Progress goes to stderr, the JSON summary to stdout (Summary says what its counts mean). Exit
 status: EXIT_OK (0) when every file is indexed or unchanged, EXIT_SOME_FILES (1) when some
@@ -60,8 +61,9 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
     before any work, when a name already names another file's source, and limits.UserError
     for a `source_name` no tool would take. Each file is read only if it lies in `inside`
     (resolved folders: ingest_file's allowed ones), and a folder's files only inside that
-    folder."""
+    folder. A target that does not exist raises limits.UserError (check_exists)."""
     limits.check_name(source_name, "source name")
+    check_exists(targets)
     skipped: list[dict] = []
     naming = folders.Naming.of(kb, targets)
     files = list(folders.discover(targets, source_name, skipped,
@@ -77,6 +79,83 @@ def ingest(kb: kbmod.KnowledgeBase, targets: list[Path], source_name: str | None
         indexer.index_all(files, summary, force, inside=inside)
 
     return runs.run_indexer(kb, work, progress, report, run=run)
+
+
+def check_exists(targets: list[Path]) -> None:
+    """Refuse, before anything is written, a path given now that does not exist (issue 49:
+    `linecite ingest ~/Documents/reports`, a folder that was not there, left a source
+    `reports` failed for ever in KB `default`). A followed folder that goes offline later is
+    another case: sync keeps its sources (folders.plan_sync)."""
+    for target in targets:
+        if not target.exists():
+            raise limits.UserError(
+                f"{target} does not exist: check the path (a network share or removable drive "
+                "may be offline; a relative path starts from the current folder) and run "
+                "again; nothing was added")
+
+
+def remove(kb: kbmod.KnowledgeBase, source: str, progress: bool = False,
+           run: run_status.RunStatus | None = None) -> Summary:
+    """Drop one source, named or given by its file's path, with a mail's attachments: its
+    row, lines and chunks in SQLite and its vectors in Chroma, so the index is what a rebuild
+    without that file makes (`deleted` counts them). A name or path that is no source raises
+    limits.UserError before any write. A file still in a followed folder is indexed again by
+    the next sync: a warning says so, and how to keep it out."""
+    name = _source_to_remove(kb, source)
+
+    def work(indexer: Indexer, summary: Summary) -> None:
+        row = fulltext.source_row(indexer.conn, name)
+        if row is None:  # removed by another run since it was looked up
+            return
+        runs.delete(indexer, [name], summary)
+        summary.embedded += indexer.embed_pending()  # forgets its vectors (the tombstones)
+        if warning := _comes_back(kb, row["path"]):
+            summary.warnings.append({"source": name, "warning": warning})
+
+    return runs.run_indexer(kb, work, progress, None, run=run)
+
+
+def _source_to_remove(kb: kbmod.KnowledgeBase, given: str) -> str:
+    """The source `given` names: a source's whole name, a file name naming exactly one
+    (`old.pdf` for `docs/old.pdf`), or the path of a source's file; else a UserError with
+    close names."""
+    limits.check_name(given, "source")
+    if not kb.fulltext_path.exists():
+        raise limits.UserError(f"knowledge base {kb.id!r} has no sources yet; nothing to remove")
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        names = fulltext.source_names_ending(conn, given, 2)
+        if not names:
+            path = Path(given).expanduser()
+            files = {limits.path_text(path.absolute()), limits.path_text(path.resolve())}
+            pairs = conn.execute(f"SELECT name, path FROM sources WHERE path IN "
+                                 f"({','.join('?' * len(files))}) ORDER BY name",
+                                 sorted(files)).fetchall()
+            attachments = folders.attachment_sources((r["name"], r["path"]) for r in pairs)
+            names = [r["name"] for r in pairs if r["name"] not in attachments]
+        close = [] if names else fulltext.close_source_names(conn, given, 3)
+    finally:
+        conn.close()
+    if len(names) > 1:
+        raise limits.UserError(f"several sources match {given!r} in {kb.id!r}, e.g. "
+                               f"{', '.join(map(repr, names))}; give the whole name")
+    if not names:
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise limits.UserError(f"no source {given!r} in {kb.id!r}, by name or by its file's "
+                               f"path{hint} (the page's Sources tab and list_sources show every "
+                               "source's exact name)")
+    return names[0]
+
+
+def _comes_back(kb: kbmod.KnowledgeBase, path: str | None) -> str | None:
+    """What to do about a removed source whose file is still in a followed folder, or None."""
+    if not path or not Path(path).is_file():
+        return None
+    folder = next((f for f in folders.kb_folders(kb) if Path(path).is_relative_to(f)), None)
+    if folder is None:
+        return None
+    return (f"{path} is still in {folder}, which {kb.id!r} follows: the next sync indexes it "
+            "again; move or delete the file, or stop following the folder, to keep it out")
 
 
 def _refuse_renamed_by_sync(naming: folders.Naming, files: list[tuple[Path, str]]) -> None:
@@ -212,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Index files into a linecite knowledge base (JSON summary on stdout).")
     parser.add_argument("path", nargs="?",
                         help="a file, a folder or an http(s) URL to index (default: sync the "
-                             "KB's sourcePaths)")
+                             "KB's sourcePaths); with --remove, the source to drop")
     parser.add_argument("source_name", nargs="?",
                         help="the name agents cite for this file (default: its file name)")
     parser.add_argument("--kb", default=kbmod.DEFAULT_KB,
@@ -224,10 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rebuild", action="store_true",
                         help="rebuild a damaged KB from its source files (the damaged stores "
                              "are moved aside, not deleted)")
+    parser.add_argument("--remove", action="store_true",
+                        help="drop the source PATH names (its name, or its file's path) from "
+                             "the KB, its chunks and vectors with it; the file is not touched")
     parser.add_argument("--once", action="store_true",
                         help="index a folder without adding it to the KB's sourcePaths")
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
+    given = args.path  # as typed: --remove looks it up as a source name first
     # PowerShell 5.1 and cmd pass "~" through unexpanded
     url = args.path if args.path and args.path.startswith(("http://", "https://")) else None
     args.path = Path(args.path).expanduser() if args.path is not None and not url else None
@@ -236,14 +319,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
     if args.rebuild and (args.path is not None or url):
         parser.error("--rebuild takes no PATH: it re-indexes the files the KB already knows")
+    if args.remove and (given is None or args.source_name or args.rebuild or args.force):
+        parser.error("--remove takes one source (its name or its file's path) and no other "
+                     "option but --kb and --base-path")
     base = args.base_path or paths.default_base_path()
-    if args.rebuild and args.kb not in kbmod.list_ids(base):
-        print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to rebuild",
-              file=sys.stderr)
+    if (args.rebuild or args.remove) and args.kb not in kbmod.list_ids(base):
+        print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to "
+              f"{'rebuild' if args.rebuild else 'remove'}", file=sys.stderr)
         return EXIT_NOT_RUN
-    run = run_status.RunStatus(base / args.kb, "cli", "full", args.force)
+    run = run_status.RunStatus(base / args.kb, "cli", "remove" if args.remove else "full",
+                               args.force)
     try:
-        if args.rebuild:
+        if args.remove:
+            summary = remove(kbmod.load(base, args.kb), given, progress=not args.quiet, run=run)
+        elif args.rebuild:
             summary = rebuild(kbmod.load(base, args.kb), progress=not args.quiet, run=run)
         elif url is not None:
             summary = ingest_url(kbmod.open_or_create(base, args.kb), url, force=args.force,
@@ -252,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = sync(kbmod.open_or_create(base, args.kb), "full", force=args.force,
                            progress=not args.quiet, run=run)
         else:
+            check_exists([args.path])  # before the KB is made or changed
             kb = kbmod.open_or_create(base, args.kb)
             summary = ingest(kb, [args.path], args.source_name, force=args.force,
                              progress=not args.quiet, run=run)

@@ -28,7 +28,7 @@ from common.commands import command
 from common.limits import UserError, check_text, shown
 from common.pidlock import LockBusy
 from formats.languages import parser_language
-from index import segment, store_errors
+from index import segment, states, store_errors
 from index.store_errors import KBDamaged
 from pipeline.indexer import EmbedderUnavailable
 from ranking.request import SearchRequest
@@ -191,6 +191,16 @@ class Library:
             summary = ingest.ingest(kb, [target], source_name or None, report=report,
                                     run=run_status.RunStatus(kb.folder, "ingest_file"),
                                     inside=allowed_folders(kb))  # checked again when opened
+        return summary.__dict__
+
+    def remove_source(self, source: str, kb_id: str | None) -> dict:
+        """Drop one source (ingest.remove: its lines, chunks and vectors), for the page's
+        Remove button. No tool offers it: dropping what a person indexed is the person's
+        call, made on the page or with `linecite remove`."""
+        kb = kbmod.load(self.base, self.kbs.resolve(kb_id))
+        with indexing(kb):
+            summary = ingest.remove(kb, source, run=run_status.RunStatus(kb.folder, "page",
+                                                                         "remove"))
         return summary.__dict__
 
     def _kb_to_ingest(self, kb_id: str | None) -> kbmod.KnowledgeBase:
@@ -389,6 +399,9 @@ def read_lines(entry: OpenKB, source: str, page: int, line_start: int, line_end:
     conn, kb_id = entry.conn, entry.kb.id
     row = fulltext.source_row(conn, source)
     pages = row["pages"]
+    if not pages and row["state"] == states.SOURCE_EMPTY:
+        raise UserError(f"{source!r} holds no text, so it has no lines to read ({row['error']});"
+                        " it is indexed once its file has text")
     if not pages:
         why = row["error"] or "no text"
         raise UserError(f"{source!r} is not indexed: it is {row['state']} ({why}); fix the file "

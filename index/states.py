@@ -5,7 +5,9 @@ chunk's embed_state, and the sources promoted once none of their chunks is pendi
 A source is SOURCE_PENDING from the moment its lines and chunks are stored until every chunk
 has its vector, then SOURCE_READY, or SOURCE_DEGRADED when some could not be embedded or a
 new version could not be read (the previous one still serves); a file that was never read is
-SOURCE_FAILED, or SOURCE_NEEDS_ACTION when the user can fix it. A chunk's embed_state is
+SOURCE_FAILED, or SOURCE_NEEDS_ACTION when the user can fix it (both tried again every run);
+a file that holds no text (0 bytes, only blank lines, no page with a line) is SOURCE_EMPTY:
+no failure, nothing indexed, read again only once it changes. A chunk's embed_state is
 EMBED_PENDING, EMBED_INDEXED (Chroma holds its vector) or EMBED_FAILED. The SQL of the index
 modules writes the same words.
 
@@ -26,12 +28,14 @@ SOURCE_PENDING = "pending"  # sources.state: stored, some chunks still to embed
 SOURCE_DEGRADED = "degraded"  # sources.state: chunks failed, or the new version did not read
 SOURCE_FAILED = "failed"  # sources.state: never read, nothing indexed
 SOURCE_NEEDS_ACTION = "needs_action"  # sources.state: never read, and the user can fix it
+SOURCE_EMPTY = "empty"  # sources.state: read, and it holds no text: nothing to index
 EMBED_PENDING = "pending"  # chunks.embed_state: its vector still to make
 EMBED_INDEXED = "indexed"  # chunks.embed_state: Chroma holds its vector
 EMBED_FAILED = "failed"  # chunks.embed_state: could not be embedded (BM25 and exact find it)
 # ---------------------------------------------------------------------------
 
-STATES = (SOURCE_READY, SOURCE_PENDING, SOURCE_DEGRADED, SOURCE_FAILED, SOURCE_NEEDS_ACTION)
+STATES = (SOURCE_READY, SOURCE_PENDING, SOURCE_DEGRADED, SOURCE_FAILED, SOURCE_NEEDS_ACTION,
+          SOURCE_EMPTY)
 STATE_LABELS = {SOURCE_PENDING: "pending_embedding"}  # how states read in tool results
 
 

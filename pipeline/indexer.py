@@ -57,9 +57,10 @@ class Summary:
     """What one run did; printed as JSON. The same meaning for a FILE, a FOLDER and a --kb
     sync (a folder run once counted every file in `sources`, a sync only those it read; issue
     30): `sources` counts every source the run looked at, attachments included, and each ends
-    in exactly one of `indexed`, `unchanged`, `failed` (unreadable) and `needs_action` (the
-    user can fix it: the reason says how). `skipped` files are not sources; `deleted` counts
-    sources dropped. `exit_code` turns this into ingest.py's exit status."""
+    in exactly one of `indexed`, `unchanged`, `empty` (it holds no text: no failure), `failed`
+    (unreadable) and `needs_action` (the user can fix it: the reason says how). `skipped`
+    files are not sources; `deleted` counts sources dropped. `exit_code` turns this into
+    ingest.py's exit status."""
 
     kb: str
     sources: int = 0
@@ -75,6 +76,7 @@ class Summary:
     skipped: list[dict] = field(default_factory=list)
     failed: list[dict] = field(default_factory=list)
     needs_action: list[dict] = field(default_factory=list)
+    empty: list[dict] = field(default_factory=list)
     fulltext: dict = field(default_factory=dict)
     following: str | None = None  # a folder this run added to the KB's sourcePaths
 
@@ -82,11 +84,11 @@ class Summary:
         """The summary's numbers, lists counted (as index-status.json's last_run keeps them)."""
         return {"sources": self.sources, "indexed": self.indexed, "unchanged": self.unchanged,
                 "failed": len(self.failed), "needs_action": len(self.needs_action),
-                "deleted": self.deleted, "embedded": self.embedded, "chunks": self.chunks,
-                "pages": self.pages}
+                "empty": len(self.empty), "deleted": self.deleted, "embedded": self.embedded,
+                "chunks": self.chunks, "pages": self.pages}
 
     def exit_code(self) -> int:
-        """EXIT_OK when every source is indexed or unchanged, else EXIT_SOME_FILES (a
+        """EXIT_OK when every source is indexed, unchanged or empty, else EXIT_SOME_FILES (a
         `needs_action` file exited 0, as if nothing were left to do)."""
         return EXIT_SOME_FILES if self.failed or self.needs_action else EXIT_OK
 
@@ -364,7 +366,8 @@ class Indexer:
         if doc.attachments or fulltext.attachment_names(self.conn, src.name):
             self._index_attachments(src, doc.attachments, summary, force)
         self._commit(src, file, doc, summary)
-        return fulltext.source_row(self.conn, src.name)["state"] in ("ready", "pending")
+        return fulltext.source_row(self.conn, src.name)["state"] in (
+            states.SOURCE_READY, states.SOURCE_PENDING, states.SOURCE_EMPTY)
 
     def _extract(self, path: Path, src: fulltext.SourceFile, summary: Summary):
         """The file's pages, or None once its failure is recorded."""
@@ -439,7 +442,8 @@ class Indexer:
     def _fail(self, src: fulltext.SourceFile, reason: str, detail: str, summary: Summary) -> None:
         detail = limits.path_text(detail)  # it may name the file
         state = fulltext.record_failure(self.conn, src, reason, detail)
-        listed = summary.needs_action if reason in fulltext.NEEDS_ACTION else summary.failed
+        listed = (summary.empty if state == states.SOURCE_EMPTY else summary.needs_action
+                  if reason in fulltext.NEEDS_ACTION else summary.failed)
         listed.append({"source": src.name, "path": src.path, "reason": reason,
                        "detail": detail, "state": state})
 
@@ -549,13 +553,15 @@ def _too_large(path: Path, size: int | None, limit: int) -> str:
 
 def _no_text(path: Path, doc) -> tuple[str, str]:
     """(reason, detail) for a file whose pages hold no line of text: a scan with no OCR engine
-    needs action (`ocr-unavailable`, saying how to install it); anything else is `empty`."""
+    needs action (`ocr-unavailable`, saying how to install it); anything else is `empty`,
+    with a word on OCR only where the pages may be images (a PDF's), never for a text file."""
     missing = [w for w in doc.warnings if w.startswith("ocr unavailable")]
     if missing:
         return "ocr-unavailable", f"{path.name} has no text layer and needs OCR: {missing[0]}"
     said = f" ({'; '.join(doc.warnings)})" if doc.warnings else ""
-    return "empty", (f"{path.name} has {len(doc.pages)} page(s) but no text{said}; if it is a "
-                     f"scan, check OCR with `{command('ingest', 'smoke-ocr', path.name)}`.")
+    scan = (f"; if it is a scan, check OCR with `{command('ingest', 'smoke-ocr', path.name)}`"
+            if path.suffix.lower() == ".pdf" else "")
+    return fulltext.EMPTY, f"{path.name} has {len(doc.pages)} page(s) but no text{said}{scan}."
 
 
 def _no_chunks_warning(lines: int) -> str:

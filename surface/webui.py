@@ -5,8 +5,9 @@ cited lines; its routes and the small JSON API its script calls.
     python server.py --ui                  # the page alone on loopback; opens the browser
 
 Every read and write goes through the Library methods the MCP tools call (search, read_range,
-list_sources, get_index_info, start_reindex, cancel_reindex, ingest_file), so the page and an
-agent see the same snapshot and the same errors. Settings change through kb.py (`follow`,
+list_sources, get_index_info, start_reindex, cancel_reindex, ingest_file; and
+remove_source, which only the page offers), so the page and an agent see the same snapshot
+and the same errors. Settings change through kb.py (`follow`,
 `update`): checked by the code that reads config.json, written atomically. The page itself is
 plain files in `webui/` (no build step, no CDN, nothing fetched at run time).
 
@@ -64,8 +65,8 @@ FIXES = {  # a failed source's reason -> (its fix in one sentence, what the page
                            "then retry.", "retry"),
     "corrupt": ("The file is damaged: re-save or re-export it from the program that made it, "
                 "then retry.", "retry"),
-    "empty": ("The file holds no text: if it is a scan, install Tesseract (OCR), then retry.",
-              "retry"),
+    "empty": ("The file holds no text, so there is nothing to index; it is read again once it "
+              "changes.", "retry"),
     "binary": ("The file is not text: give it the suffix of its real format, then retry.",
                "copy"),
     "too-large": ("The file is over the size limit: split it, or raise the limit (README, "
@@ -322,9 +323,15 @@ def retry(lib: Library, args: dict) -> dict:
     return lib.ingest_file(row["path"], name, kb_id)
 
 
+def remove_source(lib: Library, args: dict) -> dict:
+    """Drop one source from the index (Library.remove_source); the file is not touched."""
+    return lib.remove_source(text(args, "source", limits.MAX_NAME_CHARS),
+                             text(args, "kb", limits.MAX_KB_ID_CHARS))
+
+
 READS = {"overview": overview, "sources": sources, "search": run_search, "read": read}
 WRITES = {"add_folder": add_folder, "remove_folder": remove_folder, "settings": settings,
-          "reindex": reindex, "cancel": cancel, "retry": retry}
+          "reindex": reindex, "cancel": cancel, "retry": retry, "remove_source": remove_source}
 
 
 # -- HTTP -------------------------------------------------------------------------------

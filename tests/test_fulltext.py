@@ -68,7 +68,7 @@ def test_failure_of_a_known_source_keeps_its_content(conn):
     row = fulltext.source_row(conn, "a.txt")
     assert row["state"] == "degraded" and row["error"].startswith("corrupt: bad bytes")
     assert fulltext.page_lines(conn, "a.txt", 1) == [(1, "alpha")]
-    assert fulltext.record_failure(conn, src("new.pdf"), "empty", "no pages") == "failed"
+    assert fulltext.record_failure(conn, src("new.pdf"), "corrupt", "no pages") == "failed"
     assert fulltext.source_row(conn, "new.pdf")["state"] == "failed"
 
 

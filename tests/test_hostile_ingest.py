@@ -237,9 +237,13 @@ def test_pdf_with_blank_pages_only_is_empty_not_ready(tmp_path):
     text_pdf([[], []]).output(str(path))
     kb = bm25_kb(tmp_path / "base")
     summary = ingest.ingest(kb, [path])
-    assert [(f["reason"], f["state"]) for f in summary.failed] == [("empty", "failed")]
-    assert "2 page(s) but no text" in summary.failed[0]["detail"]
-    assert source(kb, "blank.pdf")["state"] == "failed"
+    # issue 49: no text is the honest state `empty`, not a failure; a PDF's pages may be
+    # scans, so its detail (only a PDF's or an image's) says how to check OCR
+    assert summary.failed == [] and summary.exit_code() == 0
+    assert [(f["reason"], f["state"]) for f in summary.empty] == [("empty", "empty")]
+    assert "2 page(s) but no text" in summary.empty[0]["detail"]
+    assert "smoke-ocr" in summary.empty[0]["detail"]
+    assert source(kb, "blank.pdf")["state"] == "empty"
 
 
 # ----------------------------------------------------------------------------- 5. symlinks

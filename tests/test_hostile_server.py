@@ -54,7 +54,7 @@ def base(tmp_path_factory) -> Path:
     docs = root / "docs"
     docs.mkdir()
     (docs / "notes.txt").write_text(NOTES, encoding="utf-8")
-    (docs / "empty.txt").write_text("", encoding="utf-8")  # indexed as failed: no text
+    (docs / "empty.txt").write_text("", encoding="utf-8")  # state `empty`: no text
     lean = root / "lean"
     lean.mkdir()
     (lean / "oneline.txt").write_text(long_line(), encoding="utf-8")
@@ -62,9 +62,8 @@ def base(tmp_path_factory) -> Path:
         "\n".join(f"row {n:04d} " + "x" * 90 for n in range(1, MANY_LINES + 1)),
         encoding="utf-8")
     base = root / "base"
-    summary = ingest_cli(str(docs), "--kb", "docs", base=base, exit_code=1)  # empty.txt
-    assert [f["source"] for f in summary["failed"] + summary["needs_action"]] == [
-        "docs/empty.txt"], summary
+    summary = ingest_cli(str(docs), "--kb", "docs", base=base)  # empty is no failure
+    assert [f["source"] for f in summary["empty"]] == ["docs/empty.txt"], summary
     kbmod.open_or_create(base, "lean")
     config = base / "lean" / "config.json"
     config.write_text(json.dumps({"id": "lean", "embedding": {"provider": "none"}}),
@@ -396,10 +395,10 @@ async def test_a_file_name_finds_its_source_and_typos_get_suggestions(stdio):
 
 
 @module_loop
-async def test_read_range_of_a_failed_source_says_why(stdio):
+async def test_read_range_of_an_empty_source_says_why(stdio):
     # regression: it said "page 1 is out of range: has pages 1-0"
     text = await tool_error(stdio, "read_range", source="docs/empty.txt", page=1, kb_id="docs")
-    assert "is not indexed" in text and "failed" in text and "empty" in text, text
+    assert "holds no text" in text and "empty.txt has no text" in text, text
 
 
 def test_hits_that_grow_into_each_other_merge():

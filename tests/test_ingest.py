@@ -196,12 +196,11 @@ def test_bad_inputs_fail_with_reasons_and_leave_indexed_sources_alone(tmp_path):
     (bad / "fine.md").write_text("# Title\n\nA fine note.", encoding="utf-8")
     out = run_cli(str(bad), base=base)
     reasons = {f["source"]: f["reason"] for f in out["failed"]}
-    assert reasons == {"bad/empty.txt": "empty", "bad/fake.pdf": "corrupt"}
+    assert reasons == {"bad/fake.pdf": "corrupt"}
+    assert [(f["source"], f["state"]) for f in out["empty"]] == [("bad/empty.txt", "empty")]
     binary = [s for s in out["skipped"] if s["reason"] == "binary"]  # by content, never read
     assert [(s["files"], s["examples"]) for s in binary] == [(1, ["bad/binary.txt"])]
     assert out["indexed"] == 1
-    missing = run_cli(str(tmp_path / "nope.pdf"), base=base)
-    assert [(f["source"], f["reason"]) for f in missing["failed"]] == [("nope.pdf", "not-found")]
 
     _, conn, _ = open_kb(base)
     after = conn.execute("SELECT c.chunk_id, c.text FROM chunks c JOIN sources s "
@@ -225,7 +224,8 @@ def test_hostile_pdfs_from_the_corpus_each_end_indexed_or_failed(tmp_path):
     assert failed["password-protected.pdf"] == "password-protected"
     assert failed["libreoffice-writer-password.pdf"] == "password-protected"
     assert "copy-protected.pdf" not in failed  # empty user password: opens
-    assert summary.indexed + len(failed) == len(names)
+    assert summary.indexed + len(failed) + len(summary.empty) == len(names)
+    assert {Path(f["source"]).name for f in summary.empty} >= {"empty.pdf"}  # 0 bytes
 
 
 def _chunks_match_lines(conn) -> int:
@@ -346,3 +346,169 @@ def test_a_store_that_lost_vectors_is_reported_and_failed_chunks_are_not_counted
                    for w in warnings), warnings
     finally:
         library.close()
+
+
+# ------------------------------------------------------- issue 49: wrong paths, removal, empty
+def linecite(*args: str, base: Path) -> subprocess.CompletedProcess:
+    """`linecite ARGS` as a user types it (cli.py, this Python), under `base`."""
+    return subprocess.run([sys.executable, str(REPO / "cli.py"), *args, "--base-path",
+                           str(base), "--quiet"], capture_output=True, text=True,
+                          encoding="utf-8", env=_clean_env(), timeout=300)
+
+
+def index_snapshot(base: Path, kb_id: str = "default") -> dict:
+    """What a KB holds, ids and row numbers aside: its sources, lines and chunks in SQLite
+    and the ids Chroma has vectors for; two indexes of the same files compare equal."""
+    kb = kbmod.load(base, kb_id)
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    store = chroma_store.ChromaStore(kb.folder, kb.id, chroma_store.embedder_for(None))
+    try:
+        return {
+            "sources": conn.execute("SELECT name, sha256, size, parser, state, error, pages,"
+                                    " warnings FROM sources ORDER BY name").fetchall(),
+            "lines": conn.execute("SELECT s.name, l.page, l.line, l.text FROM lines l JOIN"
+                                  " sources s ON s.id = l.source_id ORDER BY 1, 2, 3").fetchall(),
+            "chunks": conn.execute("SELECT chunk_id, text, tokens, embed_state FROM chunks"
+                                   " ORDER BY chunk_id").fetchall(),
+            "tombstones": conn.execute("SELECT * FROM chroma_tombstones").fetchall(),
+            "vectors": sorted(store.all_ids()),
+        }
+    finally:
+        conn.close()
+        store.close()
+
+
+def fresh_index(tmp_path: Path, files: dict[str, str]) -> dict:
+    """index_snapshot of a new KB following a folder `docs` that holds just `files`."""
+    docs = tmp_path / "fresh" / "docs"
+    docs.mkdir(parents=True)
+    for name, text in files.items():
+        (docs / name).write_text(text, encoding="utf-8")
+    run_cli(str(docs), base=tmp_path / "fresh-base")
+    return index_snapshot(tmp_path / "fresh-base")
+
+
+def test_a_path_that_does_not_exist_is_refused_and_nothing_is_added(tmp_path):
+    # issue 49 item 1: `linecite ingest ~/Documents/reports`, a folder that was not there,
+    # exited 1 and left a source `reports`, failed for ever, in KB `default`
+    base = tmp_path / "base"
+    missing = tmp_path / "Documents" / "reports"
+    done = linecite("ingest", str(missing), base=base)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert str(missing) in done.stderr and "does not exist: check the path" in done.stderr
+    assert "offline" in done.stderr and "nothing was added" in done.stderr
+    assert not base.exists()  # no KB made for it
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    write_text(docs / "plan.txt", 4)
+    run_cli(str(docs), base=base)
+    config = (base / "default" / "config.json").read_bytes()
+    before = index_snapshot(base)
+    for args in ([str(missing)], [str(missing), "--once"], [str(docs / "gone.pdf"), "Gone"]):
+        assert linecite("ingest", *args, base=base).returncode == 2
+    assert (base / "default" / "config.json").read_bytes() == config  # no folder followed
+    assert index_snapshot(base) == before  # no source row
+
+
+def test_ingest_file_of_a_path_that_does_not_exist_adds_nothing(tmp_path, monkeypatch):
+    # issue 49 item 1, the tool's side: a clear error, and no KB or source made
+    from common.limits import UserError
+    from library import ALLOWED_DIRS_ENV, Library
+
+    monkeypatch.setenv(ALLOWED_DIRS_ENV, str(tmp_path))
+    library = Library(tmp_path / "base")
+    try:
+        with pytest.raises(UserError, match="does not exist; check the path"):
+            library.ingest_file(str(tmp_path / "reports"), None, None)
+    finally:
+        library.close()
+    assert not (tmp_path / "base").exists()
+
+
+def test_remove_a_source_leaves_what_a_fresh_index_of_the_rest_holds(tmp_path):
+    # issue 49 item 1: no command removed one source; only a rebuild could
+    files = {"alpha.txt": "Alpha notes on the harbour crane schedule.\n",
+             "bravo.txt": "Bravo notes on the zeppelin hangar budget.\n",
+             "charlie.txt": "Charlie notes on the lighthouse repairs.\n"}
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in files.items():
+        (docs / name).write_text(text, encoding="utf-8")
+    base = tmp_path / "base"
+    run_cli(str(docs), base=base)
+
+    done = linecite("remove", "docs/bravo.txt", base=base)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["deleted"] == 1 and out["failed"] == []
+    # still in the followed folder: the user is told it comes back, and how to keep it out
+    (warning,) = out["warnings"]
+    assert warning["source"] == "docs/bravo.txt"
+    assert "the next sync indexes it again" in warning["warning"]
+    assert "stop following the folder" in warning["warning"]
+    without_bravo = {k: v for k, v in files.items() if k != "bravo.txt"}
+    assert index_snapshot(base) == fresh_index(tmp_path, without_bravo)
+
+    from library import Library
+    from ranking.request import SearchRequest
+
+    library = Library(base)
+    try:
+        names = [s["name"] for s in library.list_sources("default")["sources"]]
+        assert names == ["docs/alpha.txt", "docs/charlie.txt"]
+        for mode in ("auto", "exact"):
+            found = library.search(SearchRequest.checked("zeppelin hangar", 5, mode, "default"))
+            assert "docs/bravo.txt" not in {hit["source"] for hit in found["hits"]}, mode
+        assert found["hits"] == []  # exact: the words are nowhere now
+    finally:
+        library.close()
+
+    # by its file's path too, and a name that is no source is refused, changing nothing
+    done = linecite("remove", str(docs / "charlie.txt"), base=base)
+    assert done.returncode == 0 and json.loads(done.stdout)["deleted"] == 1, done.stderr
+    before = index_snapshot(base)
+    done = linecite("remove", "docs/charly.txt", base=base)
+    assert done.returncode == 2 and "no source 'docs/charly.txt'" in done.stderr, done.stderr
+    assert "list_sources show every source's exact name" in done.stderr
+    assert index_snapshot(base) == before
+
+
+def test_empty_files_are_listed_as_empty_not_failed_and_not_read_again(tmp_path):
+    # issue 49 item 2: an empty tests/__init__.py was `failed`, tried again on every run,
+    # and every sync of a Python repository exited 1
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "__init__.py").write_bytes(b"")
+    (docs / "blank.md").write_text("  \n\n\t\n", encoding="utf-8")
+    (docs / "crane.md").write_text("The harbour crane runs at dawn.\n", encoding="utf-8")
+    base = tmp_path / "base"
+    first = ingest_cli_ok(str(docs), base=base)
+    assert first["failed"] == [] and first["indexed"] == 1
+    assert {(f["source"], f["state"]) for f in first["empty"]} == {
+        ("docs/__init__.py", "empty"), ("docs/blank.md", "empty")}
+    library_states = dict(fulltext.connect(base / "default" / fulltext.FILENAME, readonly=True)
+                          .execute("SELECT name, state FROM sources").fetchall())
+    assert library_states == {"docs/__init__.py": "empty", "docs/blank.md": "empty",
+                              "docs/crane.md": "ready"}
+
+    again = ingest_cli_ok("--kb", "default", base=base)  # a sync: nothing is read again
+    assert (again["sources"], again["unchanged"], again["indexed"]) == (3, 3, 0)
+    assert again["empty"] == [] and again["failed"] == []
+
+    (docs / "__init__.py").write_text("HARBOUR_CRANES = 4\n", encoding="utf-8")
+    (docs / "crane.md").write_bytes(b"")  # had text: its chunks and vectors must go
+    third = ingest_cli_ok("--kb", "default", base=base)
+    assert third["indexed"] == 1 and [f["source"] for f in third["empty"]] == ["docs/crane.md"]
+    assert index_snapshot(base) == fresh_index(tmp_path, {
+        "__init__.py": "HARBOUR_CRANES = 4\n", "blank.md": "  \n\n\t\n", "crane.md": ""})
+
+
+def ingest_cli_ok(*args: str, base: Path) -> dict:
+    """ingest.py's summary, the run having exited 0."""
+    proc = subprocess.run([sys.executable, str(REPO / "ingest.py"), *args, "--base-path",
+                           str(base), "--quiet"], capture_output=True, text=True,
+                          encoding="utf-8", env=_clean_env(), timeout=300)
+    assert proc.returncode == 0, (proc.stderr, proc.stdout)
+    return json.loads(proc.stdout)

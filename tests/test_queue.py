@@ -456,7 +456,7 @@ def test_last_run_errors_are_bounded_with_the_total_beside(tmp_path):
     write_docs(docs, 1)
     many = limits.MAX_LIST_ROWS + 5
     for i in range(many):
-        (docs / f"empty{i:03}.txt").write_text("", encoding="utf-8")  # each fails as `empty`
+        (docs / f"bad{i:03}.pdf").write_bytes(b"no PDF at all")  # each fails as `corrupt`
     make_kb(base, "notes", docs, BM25_ONLY)
     queue_runner.run_entry(base, {"kb_id": "notes", "scope": "full", "force": False})
     lib = library.Library(base)
@@ -465,4 +465,4 @@ def test_last_run_errors_are_bounded_with_the_total_beside(tmp_path):
     finally:
         lib.close()
     assert (len(last["errors"]), last["errors_total"]) == (limits.MAX_LIST_ROWS, many)
-    assert {e["reason"] for e in last["errors"]} == {"empty"} and last["counts"]["indexed"] == 1
+    assert {e["reason"] for e in last["errors"]} == {"corrupt"} and last["counts"]["indexed"] == 1

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -52,13 +53,17 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="needs Debian'
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """Folder a/ (indexed before the page opens: a good file, a corrupt .docx, markup in a
-    name and in a line) and c/ (Korean and Chinese, added from the page)."""
+    name and in a line, an empty `__init__.py`, minutes to remove) and c/ (Korean and
+    Chinese, added from the page)."""
     root = tmp_path_factory.mktemp("webui-corpus")
     (root / "a").mkdir()
     (root / "a" / "notes.txt").write_text(
         "The quarterly budget review is on Monday.\nAlpha line two about the budget.\n"
         f"{SCRIPT_LINE}\n", encoding="utf-8")
     (root / "a" / "broken.docx").write_bytes(b"PK\x03\x04 this is no docx")
+    (root / "a" / "__init__.py").write_bytes(b"")
+    (root / "a" / "old-minutes.txt").write_text("Minutes of the zeppelin hangar visit.\n",
+                                                encoding="utf-8")
     if os.name != "nt":  # Windows allows no < > in a file name
         (root / "a" / HOSTILE).write_text("hostile name file about the budget\n",
                                           encoding="utf-8")
@@ -159,7 +164,7 @@ def test_page_shows_the_kbs_and_why_a_file_failed(server, browser, shots, corpus
     browser.get(server)
     card = kb_card(browser, "notes")
     assert "ready" in card.find_element(By.CSS_SELECTOR, ".badge").text
-    wanted = 3 if os.name != "nt" else 2
+    wanted = 5 if os.name != "nt" else 4
     assert count_shown(browser, "notes", "sources") == wanted
     assert str(corpus / "a") in card.find_element(By.CSS_SELECTOR, ".folders").text
     assert browser.find_elements(By.CSS_SELECTOR, "#chart-states svg rect")  # a chart is drawn
@@ -224,7 +229,7 @@ def test_add_a_folder_and_watch_it_index(server, browser, base, corpus, shots):
     runs = browser.find_elements(By.CSS_SELECTOR, "#chart-runs svg rect")
     assert [r.get_attribute("data-outcome") for r in runs] == ["finished"] * 3
     texts = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#chart-runs .run-text")]
-    first = 2 if os.name != "nt" else 1  # the corrupt .docx is not indexed
+    first = 3 if os.name != "nt" else 2  # the corrupt .docx and empty __init__.py are not
     assert [t.rsplit(", ", 1)[1] for t in texts] == ["1 indexed", "0 indexed", f"{first} indexed"]
 
 
@@ -486,6 +491,68 @@ def test_remove_a_folder_from_the_page(server, browser, base, corpus):
     assert browser.find_element(By.ID, "status").text == "folder removed"
     assert json.loads(config.read_text(encoding="utf-8"))["sourcePaths"] == \
         [p for p in followed if p != gone]
+
+
+def source_row(driver, name: str):
+    """The Sources tab's row of source `name`, or None."""
+    for row in driver.find_elements(By.CSS_SELECTOR, "#source-table tbody tr"):
+        if row.find_element(By.CSS_SELECTOR, "td.name").text == name:
+            return row
+    return None
+
+
+def test_an_empty_file_is_listed_as_empty_with_no_ocr_advice(server, browser):
+    """Regression (issue 49 item 2): an empty `__init__.py` was a failure filed under "if it
+    is a scan, install Tesseract (OCR), then retry"; it is listed as `empty`, and is no
+    problem to fix."""
+    browser.get(server)
+    tab(browser, "sources")
+    row = wait(browser, lambda d: source_row(d, "a/__init__.py"))
+    assert row.find_element(By.CSS_SELECTOR, ".badge").text == "empty"
+    problems = wait(browser, lambda d: d.find_element(By.CSS_SELECTOR, '[data-reason="corrupt"]')
+                    and d.find_element(By.ID, "problems"))
+    assert "a/__init__.py" not in problems.text and "Tesseract" not in problems.text
+    assert not browser.find_elements(By.CSS_SELECTOR, '[data-reason="empty"]')
+
+
+def test_remove_a_source_from_the_page(server, browser, base):
+    """Issue 49 item 1: one source is removed from the index with its chunks (no rebuild);
+    its file, still in a followed folder, is named as coming back at the next sync."""
+    def exact(word: str) -> list:
+        return httpx.get(server + "api/search", params={"query": word, "kb": "notes",
+                                                         "mode": "exact"}).json()["hits"]
+
+    def writing() -> bool:  # a run of an earlier test still holds the KB's writer lock
+        kbs = httpx.get(server + "api/overview").json()["knowledge_bases"]
+        return any(kb["index"]["status"] in ("running", "queued") for kb in kbs
+                   if kb["id"] == "notes")
+
+    assert [hit["source"] for hit in exact("zeppelin")] == ["a/old-minutes.txt"]
+    deadline = time.monotonic() + WAIT
+    while writing() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    browser.get(server)
+    tab(browser, "sources")
+    wait(browser, lambda d: source_row(d, "a/old-minutes.txt")).find_element(
+        By.CSS_SELECTOR, "button.remove-source").click()
+    said = wait(browser, lambda d: "removed" in (text := d.find_element(By.ID, "status").text)
+                and text or "error" in d.find_element(By.ID, "status").get_attribute("class")
+                and text)
+    assert said.startswith("a/old-minutes.txt removed from the index; ")
+    assert "the next sync indexes it again" in said
+    wait(browser, lambda d: source_row(d, "a/notes.txt") and not source_row(
+        d, "a/old-minutes.txt"))
+    names = [s["name"] for s in httpx.get(server + "api/sources",
+                                          params={"kb": "notes"}).json()["sources"]]
+    assert "a/old-minutes.txt" not in names and "a/notes.txt" in names
+    assert exact("zeppelin") == []
+    conn = sqlite3.connect(f"file:{base / 'notes' / 'fulltext.sqlite3'}?mode=ro", uri=True)
+    try:
+        assert conn.execute("SELECT count(*) FROM lines WHERE text LIKE '%zeppelin%'"
+                            ).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM chroma_tombstones").fetchone()[0] == 0
+    finally:
+        conn.close()
 
 
 def save_settings(driver, **chosen: str) -> str:

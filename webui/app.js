@@ -258,7 +258,7 @@ function fillKbSelects(kbs) {
 
 // -- charts (inline SVG) -----------------------------------------------------------------
 const STATE_COLOURS = { ready: "#2e7d32", pending_embedding: "#1f6feb", degraded: "#b26a00",
-  failed: "#c62828", needs_action: "#8e24aa" };
+  failed: "#c62828", needs_action: "#8e24aa", empty: "#757575" };
 
 // A chart's label column is as wide as the page's font draws its longest label, at most
 // MAX_LABEL px (a longer label is cut to fit, whole in its tooltip): in a fixed 120 px,
@@ -391,9 +391,10 @@ function renderSources(page) {
   const rows = page.sources.map((s) => el("tr", { "data-state": s.state },
     el("td", { class: "name" }, s.name), el("td", {}, el("span", { class: "badge " + s.state }, s.state)),
     el("td", {}, s.parser || ""), el("td", {}, String(s.pages)), el("td", {}, String(s.chunks)),
-    el("td", {}, s.error || "", s.warnings ? el("div", { class: "muted" }, String(s.warnings)) : null)));
+    el("td", {}, s.error || "", s.warnings ? el("div", { class: "muted" }, String(s.warnings)) : null),
+    el("td", {}, removeSourceButton(page.kb_id, s.name))));
   $("#source-table").replaceChildren(el("table", {},
-    el("thead", {}, el("tr", {}, ["Name", "State", "Parser", "Pages", "Chunks", "Error / warnings"]
+    el("thead", {}, el("tr", {}, ["Name", "State", "Parser", "Pages", "Chunks", "Error / warnings", ""]
       .map((h) => el("th", {}, h)))), el("tbody", {}, rows)));
   const total = page.total !== undefined ? " of " + page.total : "";
   $("#page-info").textContent = page.sources.length ?
@@ -401,6 +402,18 @@ function renderSources(page) {
     (page.scanned_to ? " (first " + page.scanned_to + " names searched)" : "") : "no source";
   $("#prev-page").disabled = page.offset === 0;
   $("#next-page").disabled = state.sourcesNext === null;
+}
+
+// Drop one source from the index (its file stays); one still in a followed folder comes back
+// at the next sync, and the status line says so.
+function removeSourceButton(kbId, name) {
+  return el("button", { type: "button", class: "remove-source", onclick: async () => {
+    const result = await act("remove_source", { kb: kbId, source: name }, "removed");
+    if (!result) return;
+    const back = (result.warnings || []).map((w) => w.warning);
+    say(name + " removed from the index" + (back.length ? "; " + back[0] : ""));
+    showSources(state.sourcesOffset);
+  } }, "Remove");
 }
 
 function renderProblems(kbId) {
