@@ -249,7 +249,6 @@ def sync(kb: kbmod.KnowledgeBase, scope: str | Collection[str] = "full", force: 
         if "contextualization" in scopes:
             indexer.contexts.run(indexer.conn, redo=True)
         if "full" in scopes:
-            runs.expire_old_code(indexer.conn)
             plan = folders.plan_sync(indexer.conn, kb, force)
             summary.skipped += plan.skipped
             runs.delete(indexer, plan.deleted, summary)

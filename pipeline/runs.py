@@ -1,7 +1,7 @@
 """An indexing run and the steps of a sync. `run_indexer` is the frame every run of
 ingest.py's entry points (and the rebuild) goes through: open the KB's Indexer (its writer
-lock), reconcile, do the run's work, summarise. The sync's steps: code chunked by an older
-codechunks.VERSION expired, gone sources deleted, the KB's buckets and URL sources brought in.
+lock), expire code chunked by an older codechunks.VERSION, reconcile, do the run's work,
+summarise. The sync's steps: gone sources deleted, the KB's buckets and URL sources brought in.
 
 Layer: pipeline: above pipeline/indexer.py, below ingest.py and pipeline/rebuild.py.
 """
@@ -33,7 +33,8 @@ def run_indexer(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None
     every vector first: reconciling would embed pending chunks into the old model's
     collection, and stop there, when the embedder has changed. While it holds the writer lock
     the run keeps the KB's status file (`run`: how it was started; see run_status), so
-    status reads show CLI runs too, and a killed one as interrupted."""
+    status reads show CLI runs too, and a killed one as interrupted. Every run expires old
+    code (expire_old_code), so whichever entry point cuts code records the chunker it used."""
     run = run or run_status.RunStatus(kb.folder, "api")
     summary = Summary(kb=kb.id)
     try:
@@ -44,6 +45,7 @@ def run_indexer(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None
     try:
         run.start()
         indexer.retokenize()
+        expire_old_code(indexer.conn)
         if reset_embeddings:
             indexer.reset_embeddings()
         summary.embedded += indexer.reconcile()
@@ -63,7 +65,9 @@ def run_indexer(kb: kbmod.KnowledgeBase, work: Callable[[Indexer, Summary], None
 def expire_old_code(conn: sqlite3.Connection) -> None:
     """Code chunked by another codechunks.VERSION is read again: its sources forget their
     size, date and hash, so the plan takes them as changed files (the version is recorded in
-    the same transaction; a run stopped halfway leaves the rest to the next)."""
+    the same transaction; a run stopped halfway leaves the rest to the next). run_indexer
+    calls it for every run: when only the sync did, `ingest FOLDER` left no version, and the
+    next sync cut all its code again (issue 49)."""
     if fulltext.get_meta(conn, CODE_VERSION_KEY) == codechunks.VERSION:
         return
     with conn:

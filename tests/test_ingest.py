@@ -505,6 +505,34 @@ def test_empty_files_are_listed_as_empty_not_failed_and_not_read_again(tmp_path)
         "__init__.py": "HARBOUR_CRANES = 4\n", "blank.md": "  \n\n\t\n", "crane.md": ""})
 
 
+def test_the_first_sync_after_ingest_of_a_folder_of_code_reads_nothing_again(tmp_path):
+    # issue 49 "first day": `linecite ingest FOLDER` recorded no code-chunker version
+    # (codechunks.VERSION; only the sync did), so the first sync after it took every code
+    # file for one cut by an older chunker and read and cut the whole repository again
+    repo = tmp_path / "repo"
+    (repo / "harbour").mkdir(parents=True)
+    (repo / "harbour" / "cranes.py").write_text(
+        "def lift(load):\n    \"\"\"Lift a load at dawn.\"\"\"\n    return load * 2\n",
+        encoding="utf-8")
+    (repo / "harbour" / "tides.py").write_text(
+        "class Tide:\n    def height(self):\n        return 3\n", encoding="utf-8")
+    (repo / "README.md").write_text("# Harbour\n\nCranes lift at dawn.\n", encoding="utf-8")
+    base = tmp_path / "base"
+    first = ingest_cli_ok(str(repo), base=base)
+    assert (first["indexed"], first["failed"]) == (3, [])
+    conn = fulltext.connect(base / "default" / fulltext.FILENAME, readonly=True)
+    try:
+        parsers = dict(conn.execute("SELECT name, parser FROM sources").fetchall())
+    finally:
+        conn.close()
+    assert parsers["repo/harbour/cranes.py"] == parsers["repo/harbour/tides.py"] == \
+        "code:python+tree-sitter"
+
+    again = ingest_cli_ok("--kb", "default", base=base)  # the sync the watcher would run
+    assert (again["sources"], again["unchanged"], again["indexed"]) == (3, 3, 0)
+    assert (again["chunks"], again["embedded"]) == (0, 0)
+
+
 def ingest_cli_ok(*args: str, base: Path) -> dict:
     """ingest.py's summary, the run having exited 0."""
     proc = subprocess.run([sys.executable, str(REPO / "ingest.py"), *args, "--base-path",
