@@ -50,7 +50,7 @@ class Chunk:
     line_start: int
     line_end: int
     text: str
-    tokens: str  # space-joined segment.tokens(context + text)
+    tokens: str  # space-joined segment.chunk_tokens(title words + context + text, parser)
     context: str = ""  # what the chunk needs to read on its own (a sheet's header row)
 
 
@@ -244,8 +244,9 @@ def attachment_names(conn: sqlite3.Connection, name: str) -> list[str]:
 # BM25 tokens: read and replaced whole when the segmenter changes (ingest.py)
 
 def searchable_chunks(conn: sqlite3.Connection, after: int, limit: int) -> list[sqlite3.Row]:
-    """(id, source, context, text) of up to `limit` chunks with rowid > after, by rowid."""
-    return conn.execute("SELECT c.id, s.name AS source,"
+    """(id, source, parser, context, text) of up to `limit` chunks with rowid > after, by
+    rowid."""
+    return conn.execute("SELECT c.id, s.name AS source, s.parser,"
                         f" {contexts.INDEXED_CONTEXT} AS context, c.text FROM chunks c"
                         " JOIN sources s ON s.id = c.source_id WHERE c.id > ?"
                         " ORDER BY c.id LIMIT ?", (after, limit)).fetchall()

@@ -174,7 +174,7 @@ def build(name: str, cache: Path, embedding: dict | None = None) -> kbmod.Knowle
                                       hashlib.sha256(text.encode("utf-8")).hexdigest(),
                                       len(text), 0.0)
             pages = doc_pages(doc)
-            chunks = chunking.chunk_pages(doc["_id"], pages, [set()], segment.tokens)
+            chunks = chunking.chunk_pages(doc["_id"], pages, [set()], segment.prose_tokens)
             fulltext.replace_source(indexer.conn, src, "beir-jsonl", pages, chunks)
         chunk_seconds = time.perf_counter() - start
         embedded = indexer.reconcile()  # embeds every pending chunk; kept ones are skipped

@@ -321,8 +321,9 @@ def choose_terms(terms: list[str], chunks: int, bounds: Callable[[list[str]], tu
     From PRUNE_MIN_CHUNKS chunks on, a term in half the chunks or more is dropped: its idf
     is floored at 1e-6, so it changes no ranking but touches nearly every chunk ("the",
     "what"); a query made only of such terms keeps them all. Then at most MAX_QUERY_TOKENS
-    terms count, the rarest: a pasted page is scored on the terms that carry nearly all of
-    BM25's weight, at a bounded cost. A small index with a short query keeps every term.
+    terms count, the rarest that some chunk holds: a pasted page is scored on the terms that
+    carry nearly all of BM25's weight, at a bounded cost. A small index with a short query
+    keeps every term.
 
     `bounds(terms)` gives each term's (low, high) count cheaply; `exact(terms)` counts
     exactly (None: the bounds are exact) and is asked only where the bounds leave a choice
@@ -332,6 +333,10 @@ def choose_terms(terms: list[str], chunks: int, bounds: Callable[[list[str]], tu
     if chunks < PRUNE_MIN_CHUNKS and len(terms) <= MAX_QUERY_TOKENS:
         return terms
     low, high = bounds(terms)
+    # a term no chunk holds scores nothing, yet it is the "rarest" and not common: a query's
+    # words as written (segment.query_tokens) that only code chunks hold would crowd the
+    # stems out of an index of prose, or keep a query of common words from being scored
+    terms = [t for t in terms if high[t] > 0]
 
     def settle(some: list[str]) -> None:
         unsure = [t for t in some if low[t] != high[t]]
