@@ -33,7 +33,7 @@ from contextlib import contextmanager, suppress
 import fulltext
 from common import limits
 from index import exact, query_sql, states
-from ranking import definitions, neighbours, titles
+from ranking import definitions, neighbours, titles, units
 from ranking.fusion import RRF_K, Candidate, fuse
 from ranking.hits import Hit, merge_into, with_text
 from ranking.request import DEFAULT_SETTINGS, SearchRequest, SearchSettings
@@ -174,6 +174,7 @@ class Searcher:
         tokens = self.tokenize(query) if use_bm25 else []
         # every matching chunk's BM25, read once: the ranked leg and _complete both use it
         bm25 = fulltext.bm25_all(self.conn, tokens, source) if use_bm25 else {}
+        bm25 = units.with_units(self.conn, bm25, settings.unit_weight) if use_bm25 else bm25
         if use_bm25:
             self._bm25_leg(bm25, candidates)
         if nearest is not None:
