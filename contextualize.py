@@ -199,7 +199,8 @@ class Step:
     remembers for the run whether the provider stopped (a refused key) and whether failed
     chunks were retried."""
 
-    def __init__(self, config: dict | None, tokenize: Callable[[str], list[str]]) -> None:
+    def __init__(self, config: dict | None,
+                 tokenize: Callable[[str, str | None], list[str]]) -> None:
         self.llm = contextualizer_for(config)
         self.signature = signature_of(config)
         self.tokenize = tokenize
@@ -274,7 +275,8 @@ class Step:
                 keep_signature: bool = False) -> contexts.ContextUpdate:
         """The update that sets `context` and rebuilds the chunk's BM25 tokens with it."""
         extra = "\n".join(part for part in (row["context"], context) if part)
-        tokens = " ".join(self.tokenize(bm25_text(row["source"], extra, row["text"])))
+        tokens = " ".join(self.tokenize(bm25_text(row["source"], extra, row["text"]),
+                                        row["parser"]))
         model, prompt = ((row["llm_model"], row["llm_prompt"]) if keep_signature
                          else self.signature or (None, None))
         return contexts.ContextUpdate(row["id"], context, state, model if state else None,

@@ -50,7 +50,7 @@ class Chunk:
     line_start: int
     line_end: int
     text: str
-    tokens: str  # space-joined segment.tokens(context + text)
+    tokens: str  # space-joined segment.chunk_tokens(title words + context + text, parser)
     context: str = ""  # what the chunk needs to read on its own (a sheet's header row)
 
 
@@ -263,8 +263,9 @@ def attachment_names(conn: sqlite3.Connection, name: str) -> list[str]:
 # BM25 tokens: read and replaced whole when the segmenter changes (ingest.py)
 
 def searchable_chunks(conn: sqlite3.Connection, after: int, limit: int) -> list[sqlite3.Row]:
-    """(id, source, context, text) of up to `limit` chunks with rowid > after, by rowid."""
-    return conn.execute("SELECT c.id, s.name AS source,"
+    """(id, source, parser, context, text) of up to `limit` chunks with rowid > after, by
+    rowid."""
+    return conn.execute("SELECT c.id, s.name AS source, s.parser,"
                         f" {contexts.INDEXED_CONTEXT} AS context, c.text FROM chunks c"
                         " JOIN sources s ON s.id = c.source_id WHERE c.id > ?"
                         " ORDER BY c.id LIMIT ?", (after, limit)).fetchall()
@@ -318,6 +319,40 @@ def chunks_by_id(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str
 def chunks_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, sqlite3.Row]:
     """The chunks with these rowids (`chunks.id`), keyed by rowid."""
     return _chunks_where(conn, "id", rowids)
+
+
+def page_chunks(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, list[int]]:
+    """The rowids of the chunks on each of these chunks' pages (ascending), by rowid. A
+    source's chunks are written together, so a page's are one run of rowids: two small reads
+    (the pages, then each page's first and last rowid), the chunks themselves read only for a
+    page whose rowids are not one run."""
+    where: dict[int, tuple[int, int]] = {}
+    for part in _parts(sorted(set(rowids))):
+        where.update((r[0], (r[1], r[2])) for r in conn.execute(
+            f"SELECT id, source_id, page FROM chunks WHERE id IN ({','.join('?' * len(part))})",
+            part))
+    runs: dict[tuple[int, int], list[int]] = {}
+    for part in _parts(sorted(set(where.values()))):
+        values = ",".join(["(?, ?)"] * len(part))
+        for source_id, page, first, last, count in conn.execute(  # CROSS JOIN: p, then the index
+                f"WITH p(s, g) AS (VALUES {values}) SELECT s, g, min(c.id), max(c.id), count(*)"
+                " FROM p CROSS JOIN chunks c ON c.source_id = p.s AND c.page = p.g GROUP BY s, g",
+                [n for pair in part for n in pair]):
+            runs[(source_id, page)] = list(range(first, last + 1)) if last - first + 1 == count \
+                else [r[0] for r in conn.execute("SELECT id FROM chunks WHERE source_id = ? AND"
+                                                 " page = ? ORDER BY id", (source_id, page))]
+    return {rowid: runs[page] for rowid, page in where.items() if page in runs}
+
+
+def _parts(items: list, size: int = 200) -> Iterable[list]:
+    """`items` in parts small enough for SQLite's bound-parameter limit."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def page_count(conn: sqlite3.Connection) -> int:
+    """Pages of every source (a file without pages is one)."""
+    return conn.execute("SELECT coalesce(sum(pages), 0) FROM sources").fetchone()[0]
 
 
 def chunk_tokens(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, str]:

@@ -151,7 +151,8 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
                          urls=data.get("urls") or {}, s3=data.get("s3") or {})
 
 
-SETTING_FIELDS = {"titleWeight": "title_weight", "diversity": "diversity",
+SETTING_FIELDS = {"titleWeight": "title_weight", "unitWeight": "unit_weight",
+                  "diversity": "diversity",
                   "neighbourWeight": "neighbour_weight"}  # `search` key -> SearchSettings field
 
 
@@ -345,6 +346,7 @@ def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> Non
 SEARCH_WEIGHTS = {  # search block's 0-1 fields -> what 0 and 1 mean
     "vectorWeight": ("BM25 only", "vectors only"),
     "titleWeight": ("file names ignored", "file names only"),
+    "unitWeight": ("chunks scored alone", "a chunk's page counted as much as the chunk"),
     "diversity": ("off", "novelty only"),
     "neighbourWeight": ("code chunks ranked alone", "a code chunk lifted by its neighbours"),
 }

@@ -34,7 +34,7 @@ from functools import lru_cache
 import fulltext
 from common import limits
 from index import exact, query_sql, states
-from ranking import definitions, evidence, neighbours, titles
+from ranking import definitions, evidence, neighbours, titles, units
 from ranking.fusion import RRF_K, Candidate, fuse
 from ranking.hits import Hit, merge_into, with_text
 from ranking.request import DEFAULT_SETTINGS, SearchRequest, SearchSettings
@@ -125,7 +125,7 @@ class Searcher:
         self.store = store  # chroma_store.ChromaStore, or None when no embedder is configured
         if tokenize is None:
             from index import segment
-            tokenize = segment.tokens
+            tokenize = segment.query_tokens
         self.tokenize = tokenize
         # the last questions' tokens: the lexical leg and evidence.py both need them, and a
         # Korean question's cost a Kiwi call (4 ms) each time
@@ -204,6 +204,7 @@ class Searcher:
         tokens = self.query_tokens(query) if use_bm25 else []
         # every matching chunk's BM25, read once: the ranked leg and _complete both use it
         bm25 = fulltext.bm25_all(self.conn, tokens, source) if use_bm25 else {}
+        bm25 = units.with_units(self.conn, bm25, settings.unit_weight) if use_bm25 else bm25
         if use_bm25:
             self._bm25_leg(bm25, candidates)
         if nearest is not None:
@@ -221,7 +222,7 @@ class Searcher:
         if mode == "auto" and settings.neighbour_weight > 0:
             ranked = self._with_neighbours(ranked, candidates, ranking, settings.neighbour_weight)
         if mode == "auto" and settings.title_weight > 0:
-            ranked = self._with_titles(query, tokens, ranked, settings.title_weight)
+            ranked = self._with_titles(query, ranked, settings.title_weight)
         return ranked
 
     def _with_neighbours(self, ranked: list[tuple[Candidate, float]],
@@ -343,12 +344,15 @@ class Searcher:
                     alike[i][j] = max(alike[i][j], SAME_SOURCE_LIKENESS)
         return alike
 
-    def _with_titles(self, query: str, tokens: list[str], ranked: list[tuple[Candidate, float]],
+    def _with_titles(self, query: str, ranked: list[tuple[Candidate, float]],
                      weight: float) -> list[tuple[Candidate, float]]:
         """Blend each chunk's score (over the best one's) with its source's title score; a
-        chunk no leg supports stays out (its score stays 0)."""
-        scores = titles.title_scores(query, tokens, (c.row["source"] for c, _ in ranked),
-                                     self.tokenize)
+        chunk no leg supports stays out (its score stays 0). A file name is a name: its
+        words and the question's are compared as written (segment.tokens): with the stems
+        between them, adjacent words no longer joined (Best Buy -> BESTBUY)."""
+        from index import segment
+        scores = titles.title_scores(query, segment.tokens(query),
+                                     (c.row["source"] for c, _ in ranked), segment.tokens)
         best = max((score for _, score in ranked), default=0.0)
         if not scores or best <= 0:
             return ranked

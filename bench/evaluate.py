@@ -174,7 +174,7 @@ def build(name: str, cache: Path, embedding: dict | None = None) -> kbmod.Knowle
                                       hashlib.sha256(text.encode("utf-8")).hexdigest(),
                                       len(text), 0.0)
             pages = doc_pages(doc)
-            chunks = chunking.chunk_pages(doc["_id"], pages, [set()], segment.tokens)
+            chunks = chunking.chunk_pages(doc["_id"], pages, [set()], segment.prose_tokens)
             fulltext.replace_source(indexer.conn, src, "beir-jsonl", pages, chunks)
         chunk_seconds = time.perf_counter() - start
         embedded = indexer.reconcile()  # embeds every pending chunk; kept ones are skipped
@@ -216,6 +216,8 @@ METHODS: dict[str, dict] = {  # name -> `mode` and SearchSettings fields (see se
     "rrf": {"mode": "auto", "fusion": "rrf"},
     "default": {"mode": "auto"},
     "no titles": {"mode": "auto", "title_weight": 0.0},  # the default without titles.py
+    "no units": {"mode": "auto", "unit_weight": 0.0},  # the default without units.py
+    "bm25 no units": {"mode": "bm25", "unit_weight": 0.0},
     **{f"mmr {d / 10:.1f}": {"mode": "auto", "diversity": d / 10} for d in (3, 5)},
     "queries +keywords": {"mode": "auto", "variants": "keywords"},  # see keyword_phrasing
     **{f"{fusion} w={w / 10:.1f}": {"mode": "auto", "fusion": fusion, "vector_weight": w / 10}
@@ -230,6 +232,7 @@ def methods(kb: kbmod.KnowledgeBase, only: list[str] | None = None) -> dict[str,
     name = f"default ({settings['fusion']} {settings['vector_weight']})"
     own = {**METHODS, "default": {"mode": "auto", **settings},
            "no titles": {"mode": "auto", **settings, "title_weight": 0.0},
+           **{name: {**settings, **METHODS[name]} for name in METHODS if "units" in name},
            **{name: {"mode": "auto", **settings, **METHODS[name]} for name in METHODS
               if name.startswith(("mmr", "queries"))}}
     return {(name if key == "default" else key): kwargs for key, kwargs in own.items()

@@ -174,7 +174,7 @@ def scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
             most = float(tfs.max())  # no chunk gets more from this term than most/shortest do
             bound = idf * most * (K1 + 1) / (most + K1 * (1 - B + B * shortest / average))
             found.append(_Term(ids, tfs, idf, bound * (1 + 1e-6)))
-    return Ranking(found, _with_queued(figures.lengths, fresh), average)
+    return Ranking(found, _with_queued(figures.lengths, fresh), average, chunks)
 
 
 @dataclass(frozen=True)
@@ -201,9 +201,9 @@ class Ranking(Mapping):
     up; iterating scores them all.
     """
 
-    def __init__(self, terms: list[_Term], lengths: np.ndarray, average: float):
+    def __init__(self, terms: list[_Term], lengths: np.ndarray, average: float, chunks: int):
         self.terms = sorted(terms, key=lambda t: -t.bound)
-        self.lengths, self.average = lengths, average
+        self.lengths, self.average, self.chunks = lengths, average, chunks
         bounds = [t.bound for t in self.terms]
         self.rest = [*np.cumsum(bounds[::-1])[::-1].tolist(), 0.0]  # terms i.. add at most
         self._tops: dict[int, list[tuple[int, float]]] = {}
@@ -238,6 +238,25 @@ class Ranking(Mapping):
             can = values + self.rest[added] >= floor
             ids, values = ids[can], self._finished(values[can], ids[can], added)
         return Scores(ids.astype(np.int64), values)
+
+    def as_documents(self, groups: Sequence[Sequence[int]], average: float) -> np.ndarray:
+        """BM25 of each group of chunks (rowids) scored as one document: each term's counts
+        and the chunks' lengths summed over the group, `average` the length of such a
+        document, the terms' idf the chunks'. What a page says as a whole, from the postings
+        already read."""
+        sizes = [len(group) for group in groups]
+        flat = np.fromiter((r for group in groups for r in group), np.int64, sum(sizes))
+        owner = np.repeat(np.arange(len(groups)), sizes)
+        known = flat < len(self.lengths)
+        flat, owner = flat[known], owner[known]
+        lengths = np.bincount(owner, self.lengths[flat].clip(0), minlength=len(groups))
+        norm = K1 * (1 - B + B * lengths / average)
+        scores = np.zeros(len(groups))
+        for term in self.terms:
+            hit, at = _holding(term, flat)
+            tfs = np.bincount(owner[hit], term.tfs[at].astype(np.float64), minlength=len(groups))
+            scores += term.idf * tfs * (K1 + 1) / (tfs + norm)
+        return scores
 
     def _share(self, term: _Term, at) -> np.ndarray:
         """What `term` adds to the chunks at positions `at` of its postings."""
@@ -321,8 +340,9 @@ def choose_terms(terms: list[str], chunks: int, bounds: Callable[[list[str]], tu
     From PRUNE_MIN_CHUNKS chunks on, a term in half the chunks or more is dropped: its idf
     is floored at 1e-6, so it changes no ranking but touches nearly every chunk ("the",
     "what"); a query made only of such terms keeps them all. Then at most MAX_QUERY_TOKENS
-    terms count, the rarest: a pasted page is scored on the terms that carry nearly all of
-    BM25's weight, at a bounded cost. A small index with a short query keeps every term.
+    terms count, the rarest that some chunk holds: a pasted page is scored on the terms that
+    carry nearly all of BM25's weight, at a bounded cost. A small index with a short query
+    keeps every term.
 
     `bounds(terms)` gives each term's (low, high) count cheaply; `exact(terms)` counts
     exactly (None: the bounds are exact) and is asked only where the bounds leave a choice
@@ -332,6 +352,10 @@ def choose_terms(terms: list[str], chunks: int, bounds: Callable[[list[str]], tu
     if chunks < PRUNE_MIN_CHUNKS and len(terms) <= MAX_QUERY_TOKENS:
         return terms
     low, high = bounds(terms)
+    # a term no chunk holds scores nothing, yet it is the "rarest" and not common: a query's
+    # words as written (segment.query_tokens) that only code chunks hold would crowd the
+    # stems out of an index of prose, or keep a query of common words from being scored
+    terms = [t for t in terms if high[t] > 0]
 
     def settle(some: list[str]) -> None:
         unsure = [t for t in some if low[t] != high[t]]

@@ -90,8 +90,8 @@ def chunks_to_contextualize(conn: sqlite3.Connection, after: int, limit: int,
     elif redo:
         wanted.append("c.llm_context != '' OR c.llm_state IS NOT NULL")
     return conn.execute(
-        "SELECT c.id, c.chunk_id, s.name AS source, c.page, c.line_start, c.line_end, c.text,"
-        f" c.context, {', '.join('c.' + col for col in LLM_COLUMNS)}"
+        "SELECT c.id, c.chunk_id, s.name AS source, s.parser, c.page, c.line_start,"
+        f" c.line_end, c.text, c.context, {', '.join('c.' + col for col in LLM_COLUMNS)}"
         " FROM chunks c JOIN sources s ON s.id = c.source_id"
         f" WHERE c.id > ? AND ({' OR '.join(wanted)}) ORDER BY c.id LIMIT ?",
         [after, *params, limit]).fetchall()

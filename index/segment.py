@@ -1,8 +1,9 @@
 """Tokenizer for the BM25 leg: text -> lowercased search tokens for Korean, Chinese and the rest.
 
-fulltext.py stores `" ".join(tokens(text))` in an FTS5 column (tokenizer unicode61, tokenchars
-'L* N* Co M*') and runs queries through the same function, so index and query always agree.
-No I/O, no argv; `tokens_many` is the same thing for bulk indexing.
+fulltext.py stores a chunk's `" ".join(chunk_tokens(text, parser))` in an FTS5 column
+(tokenizer unicode61, tokenchars 'L* N* Co M*'), and search.py runs queries through
+`query_tokens`, the same rules, so index and query always agree. No I/O, no argv;
+`tokens_many` and `chunk_tokens_many` are the same things for bulk indexing.
 
 Text is NFKC-normalized (full-width Ａ１ -> a1), split on Han/kana runs, and every token
 casefolded (after the split: camelCase is seen in its case):
@@ -20,7 +21,17 @@ casefolded (after the split: camelCase is seen in its case):
   (parse_http_response, parse-http-response -> parsehttpresponse parse http response; but
   e-mail -> e mail). So a question in words finds the code, and any spelling of the
   identifier finds the others, its rare whole token weighing most.
-Every token holds only Unicode letters, digits and marks, so FTS5 never re-splits it.
+- English words (ASCII letters) lose their inflection (Snowball's stem, PyStemmer, with back
+  the derivational ending it cut) in the chunks of every source but code, each stem behind
+  STEM_MARK (`prose_tokens`: connects, connected -> ~connect; connections -> ~connection,
+  financial is no financing); identifier wholes (geturl, parsehttpresponse: their parts are
+  words), numbers, other scripts and code chunks (`tokens`: stemming code cost the code bench)
+  stay as written. A query holds each English word as written and as its stem (`query_tokens`:
+  connected ~connect), so it meets a code chunk's words and a prose chunk's stems; the mark
+  keeps the two apart, so a word counts once in either (a prose chunk holds no word as written
+  that a stem stands for, a code chunk no stem).
+Every token holds only Unicode letters, digits and marks (a stem also STEM_MARK, a private-use
+character FTS5 keeps), so FTS5 never re-splits it.
 Kiwi and jieba each load on first need (the first Hangul, the first Han), once per process;
 nothing is ever written to stdout.
 
@@ -34,9 +45,10 @@ Layer: ground (no project imports): tokens for the lexical leg, the chunker and 
 import re
 import threading
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cache, lru_cache
 from itertools import accumulate
+from typing import Literal
 
 # -----------------------------------------------------------------------------
 # Kiwi tags kept (prefix match, so VV also keeps VV-I/VV-R). Dropped: particles J*, endings E*,
@@ -64,12 +76,27 @@ INVISIBLE_RE = re.compile("[\u00ad\u200b\u2060\ufeff\ud800-\udfff]")
 
 # Bump when a change to this file or to chunking.bm25_text changes any chunk's tokens: indexes
 # made before are re-tokenized by the next ingest run (see signature()). 2: title words,
-# 3: letter and digit parts of mixed words, 4: identifiers (camelCase parts, _ and - joined).
-RULES_REVISION = 4
+# 3: letter and digit parts of mixed words, 4: identifiers (camelCase parts, _ and - joined),
+# 5: English words stemmed (Snowball) in the chunks of every source but code, 6: inflections
+# only (a Snowball stem keeps the derivational ending it cut: financing / financial).
+RULES_REVISION = 6
+
+# What the tokens are for: "surface" as written (code chunks), "prose" with English words
+# stemmed (every other chunk), "query" both (a question meets either kind of chunk).
+Form = Literal["surface", "prose", "query"]
+CODE_PARSER = "code:"  # sources.parser of source code starts with this (codechunks.py)
+# put before every stem: a private-use character, which no word of a text holds (it is no
+# letter) and FTS5 keeps in a token (tokenchars 'Co'), so a stem never meets a word as written
+STEM_MARK = "\ue000"
 
 _lock = threading.Lock()
 _kiwi = None  # kiwipiepy.Kiwi, set by _kiwi_model()
 _jieba = None  # jieba.Tokenizer, set by _jieba_tokenizer()
+# endings of an English word that inflect it (the first that fits is taken), and the endings
+# that look like one but are the word's own (process, status, analysis)
+INFLECTIONS = (("ies", "y"), ("es", ""), ("s", ""), ("ed", ""), ("ing", ""), ("e", ""))
+NOT_INFLECTIONS = ("ss", "us", "is")
+_stemmers = threading.local()  # PyStemmer's Stemmer is not thread-safe: one per thread
 
 
 @cache
@@ -134,15 +161,45 @@ def _jieba_tokenizer():
     return _jieba
 
 
+def _stem(word: str) -> str:
+    """A casefolded word without its inflection: the Snowball English stem with back the
+    derivational ending Snowball also cut (operations -> operation, operated -> operat,
+    financial stays apart from financing -> financ). Snowball's whole stem joins forms a
+    filing keeps apart: FinanceBench lost 0.01 more nDCG@10 with it, SciFact gained 0.005
+    more (docs/quality.md). PyStemmer imports in ~1 ms; each thread makes its own Stemmer
+    on its first word."""
+    stemmer = getattr(_stemmers, "english", None)
+    if stemmer is None:
+        try:
+            import Stemmer
+        except ImportError as err:  # an install from before it was required
+            raise ImportError("PyStemmer is missing: install the requirements again (pip "
+                              "install -r requirements.txt -c constraints.txt)") from err
+        stemmer = _stemmers.english = Stemmer.Stemmer("english", 0)  # no cache: ours is
+    stem = stemmer.stemWord(word)
+    if not word.startswith(stem):  # study -> studi: Snowball's own stem
+        return stem
+    rest = _uninflected(word[len(stem):])
+    return stem if rest == stem[-1] else stem + rest  # running -> run, not runn
+
+
+def _uninflected(ending: str) -> str:
+    """What Snowball cut from a word, less its inflection (ations -> ation, ating -> at)."""
+    for suffix, put in INFLECTIONS:
+        if ending.endswith(suffix) and not ending.endswith(NOT_INFLECTIONS):
+            return ending[:len(ending) - len(suffix)] + put
+    return ending
+
+
 @cache
 def signature() -> str:
-    """What decides the tokens: these rules and the segmenters' versions. An index whose
-    tokens came from another signature would silently miss words a query now splits
-    differently (a kiwipiepy upgrade changes morphemes), so ingest re-tokenizes it."""
+    """What decides the tokens: these rules and the segmenters' and stemmer's versions. An
+    index whose tokens came from another signature would silently miss words a query now
+    splits differently (a kiwipiepy upgrade changes morphemes), so ingest re-tokenizes it."""
     from importlib.metadata import version
 
     return (f"segment rules {RULES_REVISION}; kiwipiepy {version('kiwipiepy')}; "
-            f"jieba {version('jieba')}")
+            f"jieba {version('jieba')}; pystemmer {version('pystemmer')}")
 
 
 def _normalize(text: str) -> str:
@@ -231,40 +288,58 @@ def _word_tokens(word: str) -> list[str]:
     return out
 
 
-def _compound_tokens(compound: str) -> tuple[str, ...]:
+def _stems(token: str, form: Form) -> list[str]:
+    """One token of English prose in `form`: a word of ASCII letters becomes its stem behind
+    STEM_MARK for prose, and both for a query; any other token (a number, another script)
+    stays as it is."""
+    if form == "surface" or not (token.isascii() and token.isalpha()):
+        return [token]
+    stem = STEM_MARK + _stem(token)
+    return [stem] if form == "prose" else [token, stem]
+
+
+def _formed(toks: list[str], form: Form) -> list[str]:
+    """A word's tokens (_word_tokens) in `form`. The first is the word whole; when its parts
+    follow (FY2022, getURL) it is an identifier and stays as written, its parts are words."""
+    keep = 1 if len(toks) > 1 else 0
+    return [*toks[:keep], *(t for tok in toks[keep:] for t in _stems(tok, form))]
+
+
+def _compound_tokens(compound: str, form: Form) -> tuple[str, ...]:
     """Words joined by _ or - (parse_http_response, e-mail): the words joined into one token,
     then each word's tokens. So parse_http_response, parse-http-response and
     parseHttpResponse share parsehttpresponse. Joined only with a letter ("1-2" is no 12), at
     most JOINED_MAX_WORDS words and, by hyphens alone, HYPHEN_MIN_WORDS: joining two
-    (e-mail -> email, 10-K -> 10k) cost FinanceBench BM25 nDCG@10 0.300 -> 0.275 (dev)."""
+    (e-mail -> email, 10-K -> 10k) cost FinanceBench BM25 nDCG@10 0.300 -> 0.275 (dev).
+    The joined whole stays as written; the words are in `form` (_formed)."""
     if "_" not in compound and "-" not in compound:
-        return tuple(_word_tokens(compound))
+        return tuple(_formed(_word_tokens(compound), form))
     words = _word_re().findall(compound)
     joined = "".join(words)
     fewest = 2 if "_" in compound else HYPHEN_MIN_WORDS
     out = [joined.casefold()] if (fewest <= len(words) <= JOINED_MAX_WORDS
                                   and not joined.isnumeric()) else []
-    return (*out, *(tok for word in words for tok in _word_tokens(word)))
+    return (*out, *(tok for word in words for tok in _formed(_word_tokens(word), form)))
 
 
 _remembered = lru_cache(maxsize=WORD_CACHE)(_compound_tokens)
 
 
-def _tokens_of(compound: str) -> tuple[str, ...]:
+def _tokens_of(compound: str, form: Form) -> tuple[str, ...]:
     """_compound_tokens, remembered for the short words nearly all text is made of."""
-    return _remembered(compound) if len(compound) <= WORD_CACHE_CHARS else (
-        _compound_tokens(compound))
+    return _remembered(compound, form) if len(compound) <= WORD_CACHE_CHARS else (
+        _compound_tokens(compound, form))
 
 
-def _words(text: str) -> list[str]:
+def _words(text: str, form: Form) -> list[str]:
     """The tokens of every word and identifier of `text`, in order."""
-    return [tok for compound in _compound_re().findall(text) for tok in _tokens_of(compound)]
+    return [tok for compound in _compound_re().findall(text) for tok in _tokens_of(compound, form)]
 
 
-def _placed_words(text: str, exclude: str) -> list[tuple[int, str]]:
+def _placed_words(text: str, exclude: str, form: Form) -> list[tuple[int, str]]:
     """(start, token) of every word and identifier of `text` outside the `exclude` ranges."""
     return [(m.start(), tok) for m in _compound_re(exclude).finditer(text)
-            for tok in _tokens_of(m.group())]
+            for tok in _tokens_of(m.group(), form)]
 
 
 def _zh(run: str) -> list[str]:
@@ -274,14 +349,14 @@ def _zh(run: str) -> list[str]:
     return [w for piece in pieces for w in _word_re().findall(piece)]
 
 
-def _ko(piece: str, morphs: list) -> list[str]:
+def _ko(piece: str, morphs: list, form: Form) -> list[str]:
     """Kiwi morphemes for the Hangul, regex words for the Latin and digits, merged by position.
     Kiwi reads the whole piece, casefolded: handed "를" cut off from "API를", it returns the
     noun 르. The words come from the piece as written (camelCase needs its case), their starts
     moved to where they fall in the casefolded text Kiwi's positions count in."""
     kept = [m for m in morphs if m.tag.startswith(KIWI_KEEP)]
     found = [(m.start, w) for m in kept for w in HANGUL_RE.findall(m.form)]
-    words = _placed_words(piece, HANGUL)
+    words = _placed_words(piece, HANGUL, form)
     if len(piece.casefold()) != len(piece):  # ß -> ss: the folded text is longer
         at = list(accumulate((len(ch.casefold()) for ch in piece), initial=0))
         words = [(at[start], tok) for start, tok in words]
@@ -289,26 +364,60 @@ def _ko(piece: str, morphs: list) -> list[str]:
 
 
 def tokens(text: str) -> list[str]:
-    """Search tokens of `text` in text order; the same function serves documents and queries."""
+    """Search tokens of `text` as written, in text order: what code chunks are indexed with."""
     return tokens_many([text])[0]
 
 
-def tokens_many(texts: Iterable[str]) -> list[list[str]]:
-    """tokens() for many texts; their Korean pieces go to Kiwi as one batch, which lets its worker
-    threads share them (measured no faster than a loop on a busy 2-core machine)."""
+def prose_tokens(text: str) -> list[str]:
+    """tokens() with English words stemmed: what every other chunk is indexed with."""
+    return tokens_many([text], "prose")[0]
+
+
+def query_tokens(text: str) -> list[str]:
+    """tokens() with each English word followed by its stem (connections ~connect): a
+    question's words meet code chunks and identifier wholes, its stems prose chunks."""
+    return tokens_many([text], "query")[0]
+
+
+def chunk_form(parser: str | None) -> Form:
+    """The form of a chunk's tokens by its source's parser: code keeps its words as written
+    (stemming code cost the code bench, docs/quality.md), everything else is prose."""
+    return "surface" if parser and parser.startswith(CODE_PARSER) else "prose"
+
+
+def chunk_tokens(text: str, parser: str | None) -> list[str]:
+    """The tokens of a chunk of a source read by `parser` (chunk_form)."""
+    return _tokens_many([text], [chunk_form(parser)])[0]
+
+
+def chunk_tokens_many(texts: Sequence[str], parsers: Sequence[str | None]) -> list[list[str]]:
+    """chunk_tokens() for many chunks, their Korean pieces in one Kiwi batch."""
+    return _tokens_many(texts, [chunk_form(parser) for parser in parsers])
+
+
+def tokens_many(texts: Iterable[str], form: Form = "surface") -> list[list[str]]:
+    """tokens(), prose_tokens() or query_tokens() for many texts; their Korean pieces go to
+    Kiwi as one batch, which lets its worker threads share them (measured no faster than a
+    loop on a busy 2-core machine)."""
+    texts = list(texts)
+    return _tokens_many(texts, [form] * len(texts))
+
+
+def _tokens_many(texts: Sequence[str], forms: Sequence[Form]) -> list[list[str]]:
+    """The tokens of each text in its form (Hangul and Han are the same in every form)."""
     plans = [list(_pieces(_normalize(text))) for text in texts]
     ko = [piece.casefold() for plan in plans for kind, piece in plan if kind == "ko"]
     # match_options=0: no URL/hashtag/emoji matching, which would swallow "#배포" whole
     analysed = iter(_kiwi_model().tokenize(ko, match_options=0)) if ko else iter(())
     out = []
-    for plan in plans:
+    for plan, form in zip(plans, forms, strict=True):
         toks: list[str] = []
         for kind, piece in plan:
             if kind == "ko":
-                toks += _ko(piece, next(analysed))
+                toks += _ko(piece, next(analysed), form)
             elif kind == "zh":
                 toks += _zh(piece)
             else:
-                toks += _words(piece)
+                toks += _words(piece, form)
         out.append(toks)
     return out

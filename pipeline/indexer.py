@@ -136,7 +136,7 @@ class Indexer:
     def __init__(self, kb: kbmod.KnowledgeBase, progress: bool = False,
                  report: Callable[..., None] | None = None, lock: PidLock | None = None):
         self.max_file_bytes = max_file_bytes()
-        self.contexts = contextualize.Step(kb.contextualizer, segment.tokens)
+        self.contexts = contextualize.Step(kb.contextualizer, segment.chunk_tokens)
         audio.configure(kb.audio)  # the KB's `audio` block, for the recordings of this run
         self.kb = kb
         self.progress = progress
@@ -183,7 +183,8 @@ class Indexer:
             while rows := fulltext.searchable_chunks(self.conn, last, RETOKENIZE_BATCH):
                 last = rows[-1]["id"]
                 texts = [chunking.bm25_text(r["source"], r["context"], r["text"]) for r in rows]
-                for row, toks in zip(rows, segment.tokens_many(texts), strict=True):
+                parsers = [r["parser"] for r in rows]  # code keeps its words, prose is stemmed
+                for row, toks in zip(rows, segment.chunk_tokens_many(texts, parsers), strict=True):
                     tokens[row["id"]] = " ".join(toks)
                 bar.update(len(rows))
         if tokens:
@@ -391,7 +392,8 @@ class Indexer:
             chunks = codechunks.chunk_code(src.name, doc, segment.tokens)
         else:
             noise = chunking.noise_lines(doc.pages)
-            chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.tokens, doc.layout)
+            chunks = chunking.chunk_pages(src.name, doc.pages, noise, segment.prose_tokens,
+                                          doc.layout)
         warnings = [limits.path_text(w) for w in doc.warnings]  # they may name the file
         warnings += [] if chunks or no_speech else [_no_chunks_warning(lines)]
         fulltext.replace_source(self.conn, src, doc.parser, doc.pages, chunks, warnings)

@@ -19,7 +19,7 @@ from typing import Literal
 from common import limits
 from common.limits import UserError, check_text
 from index.query_sql import Sources
-from ranking import neighbours, titles
+from ranking import neighbours, titles, units
 from ranking.filters import Filters
 from ranking.fusion import DEFAULT_FUSION, Fusion
 
@@ -88,6 +88,7 @@ class SearchSettings:
     vector_weight: float | None = None  # the vector leg's share in the fusion
     title_weight: float = titles.TITLE_WEIGHT  # the file-name match's share in `auto`
     diversity: float = 0.0  # MMR's lambda (0 = only search.py's per-source rule)
+    unit_weight: float = units.WEIGHT  # the BM25 of a chunk's page added to its own (0 = off)
     neighbour_weight: float = neighbours.WEIGHT  # a code neighbour's share in `auto` (0 = off)
     definitions_first: bool = True  # `auto`: code defining a one-name query first (off: False)
 

@@ -79,8 +79,9 @@ def index_health(entry: OpenKB) -> dict:
     made_by = fulltext.get_meta(conn, fulltext.SEGMENTER_KEY)
     if counts["chunks"] and made_by != segment.signature():
         warnings.append("this index's BM25 tokens come from another version of the segmenters "
-                        "(Kiwi, jieba), so keyword search can miss words; start_reindex(kb_id) "
-                        "re-tokenizes it without extracting or embedding again")
+                        "(Kiwi, jieba, the stemmer), so keyword search can miss words; "
+                        "start_reindex(kb_id) re-tokenizes it without extracting or embedding "
+                        "again")
     if warnings:
         info["warnings"] = warnings
     return info

@@ -212,14 +212,18 @@ def check_base(run: Run) -> str:
 
 
 def check_tokenize(run: Run) -> str:
-    """Kiwi splits Hangul into morphemes and jieba splits Han: the BM25 leg works."""
+    """Kiwi splits Hangul into morphemes, jieba splits Han and PyStemmer stems English: the
+    BM25 leg works."""
     from index import segment
     korean, chinese = segment.tokens("서울에서 회의를 했다"), segment.tokens("人工智能研究")
+    english = segment.prose_tokens("connected connections")
     if "서울" not in korean or "서울에서" in korean:
         raise StepFailed(f"Kiwi gave {korean} for 서울에서 회의를 했다")
     if not {"人工", "智能"} <= set(chinese):
         raise StepFailed(f"jieba gave {chinese} for 人工智能研究")
-    return f"{' '.join(korean)} | {' '.join(chinese)}"
+    if english != [segment.STEM_MARK + "connect"] * 2:
+        raise StepFailed(f"the stemmer gave {english} for connected connections")
+    return f"{' '.join(korean)} | {' '.join(chinese)} | {' '.join(english)}"
 
 
 def check_chroma(run: Run) -> str:
@@ -322,8 +326,8 @@ STEPS = [
     Step("the base folder the MCP host uses", "set LINECITE_HOME to a writable folder outside "
          "AppData, then run the installer again (it writes the host config and the launcher)",
          check_base),
-    Step("tokenize Hangul (Kiwi) and Han (jieba)", f"reinstall the requirements: {REINSTALL}",
-         check_tokenize),
+    Step("tokenize Hangul (Kiwi), Han (jieba) and English (Snowball)",
+         f"reinstall the requirements: {REINSTALL}", check_tokenize),
     Step("Chroma round-trip", f"reinstall the requirements: {REINSTALL}; on Windows also "
          "winget install Microsoft.VCRedist.2015+.x64", check_chroma),
     Step("index a DOCX and a text PDF (ingest.py)", "read the error above; `linecite ingest "

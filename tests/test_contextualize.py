@@ -27,6 +27,7 @@ from providers import chat
 from ranking.request import SearchRequest
 
 MARKER = "zephyrkappa"  # a word only the model's contexts contain
+MARKER_TOKEN = segment.prose_tokens(MARKER)[0]  # as the chunks' BM25 tokens hold it (a stem)
 KEYS = {"anthropic": ("ANTHROPIC_API_KEY", "sk-ant-test-777"),
         "openai": ("OPENAI_API_KEY", "sk-test-4242"), "ollama": (None, None)}
 MODELS = {"anthropic": "claude-haiku-4-5", "openai": "gpt-4.1-mini", "ollama": "qwen2.5:7b"}
@@ -188,7 +189,7 @@ def test_each_provider_speaks_its_format_and_the_context_is_searched_not_shown(
     assert {(r["llm_state"], r["llm_model"], r["llm_prompt"]) for r in rows.values()} == {
         ("done", model, prompt)}
     assert rows["tide.txt"]["context"] == ""  # the sheet-header column is left alone
-    assert MARKER in rows["tide.txt"]["tokens"].split()
+    assert MARKER_TOKEN in rows["tide.txt"]["tokens"].split()
     # a word only in the contexts finds every chunk; hits and read_range show the raw lines
     assert bm25_sources(kb, MARKER) == sorted(DOCS)
     conn = fulltext.connect(kb.fulltext_path, readonly=True)
@@ -371,7 +372,7 @@ def test_a_moved_chunk_keeps_its_context_and_its_tokens(tmp_path) -> None:
         conn = fulltext.connect(kb.fulltext_path, readonly=True)
         try:
             rows = conn.execute("SELECT page, llm_state, tokens FROM chunks ORDER BY page")
-            assert [(p, s, MARKER in t.split()) for p, s, t in rows] == [
+            assert [(p, s, MARKER_TOKEN in t.split()) for p, s, t in rows] == [
                 (1, "done", True), (2, "done", True), (3, "done", True)]
         finally:
             conn.close()
@@ -392,7 +393,7 @@ def test_without_a_contextualizer_scope_contextualization_clears_old_contexts(tm
         assert kb_state(kb) == {"provider": "none", "model": None, "contextualized": 0,
                                 "stale": 0, "pending": 0, "failed": 0, "stopped": None}
         assert chunk_rows(kb)["tide.txt"]["tokens"] == " ".join(
-            segment.tokens("tide\nTide tables for March: high water at 06:12 at the pier."))
+            segment.prose_tokens("tide\nTide tables for March: high water at 06:12 at the pier."))
     finally:
         llm.close()
 

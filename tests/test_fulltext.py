@@ -345,7 +345,8 @@ def code_kb(tmp_path_factory):
 
 
 def ranked(conn, query: str, limit: int = 5) -> list[str]:
-    return [row["text"] for row, _ in fulltext.bm25_search(conn, segment.tokens(query), limit)]
+    return [row["text"] for row, _ in fulltext.bm25_search(conn, segment.query_tokens(query),
+                                                           limit)]
 
 
 def test_a_question_in_words_finds_a_camel_case_definition_first(code_kb):

@@ -395,7 +395,7 @@ def test_truncated_index_gives_one_clear_line_then_rebuild_restores_search(tmp_p
     assert aside.stat().st_size == size // 8  # the user's data is kept, not deleted
     conn = fulltext.connect(index, readonly=True)
     try:
-        hits = fulltext.bm25_search(conn, segment.tokens("harbour crane inspected"), 3)
+        hits = fulltext.bm25_search(conn, segment.query_tokens("harbour crane inspected"), 3)
         assert hits and {row["source"] for row, _ in hits} == {"docs/report.txt"}
     finally:
         conn.close()

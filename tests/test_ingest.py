@@ -292,7 +292,7 @@ def test_tokens_from_another_segmenter_are_redone_without_extracting_or_embeddin
     kb = kbmod.load(base, "default")
     conn = fulltext.connect(kb.fulltext_path)
     assert fulltext.get_meta(conn, fulltext.SEGMENTER_KEY) == segment.signature()
-    assert fulltext.bm25_search(conn, ["deployment"], 5)
+    assert fulltext.bm25_search(conn, segment.query_tokens("deployment"), 5)
     # what an upgraded kiwipiepy or a rule change leaves: tokens the queries no longer make
     fulltext.replace_tokens(conn, {r[0]: "stale" for r in conn.execute("SELECT id FROM chunks")})
     fulltext.set_meta(conn, fulltext.SEGMENTER_KEY, "segment rules 0; kiwipiepy 0.1")
@@ -306,7 +306,7 @@ def test_tokens_from_another_segmenter_are_redone_without_extracting_or_embeddin
     conn = fulltext.connect(kb.fulltext_path)
     assert fulltext.get_meta(conn, fulltext.SEGMENTER_KEY) == segment.signature()
     assert fulltext.bm25_search(conn, ["stale"], 5) == []
-    found = fulltext.bm25_search(conn, segment.tokens("rollback steps"), 5)
+    found = fulltext.bm25_search(conn, segment.query_tokens("rollback steps"), 5)
     assert found and all("rollback" in row["text"] for row, _ in found)
     conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
     conn.close()

@@ -25,7 +25,8 @@ from common import commands
 from setup import launcher, verify_install
 
 REPO = Path(__file__).resolve().parent.parent
-STEPS = ["the base folder the MCP host uses", "tokenize Hangul (Kiwi) and Han (jieba)",
+TOKENIZE = "tokenize Hangul (Kiwi), Han (jieba) and English (Snowball)"
+STEPS = ["the base folder the MCP host uses", TOKENIZE,
          "Chroma round-trip", "index a DOCX and a text PDF (ingest.py)",
          "server.py over stdio lists its tools", *(f"search {mode} finds its sample"
                                                     for mode in verify_install.MODES),
@@ -63,7 +64,7 @@ def test_first_hour_passes_every_step_under_a_hangul_base_and_cleans_up(tmp_path
     found = lines_of(result.stdout)
     assert list(found) == STEPS, result.stdout  # one line a step, in order
     assert all(line.startswith("PASS  ") for line in found.values()), result.stdout
-    assert "서울" in found["tokenize Hangul (Kiwi) and Han (jieba)"]
+    assert "서울" in found[TOKENIZE]
     assert "selftest.pdf" in found["search vector finds its sample"]
     assert "selftest.docx" in found["search auto finds its sample"]  # the Korean query
     # nothing of the self-test is left in the user's base folder but the server's log
@@ -82,7 +83,7 @@ def test_a_failing_step_says_fail_with_its_fix_and_the_steps_it_blocks(tmp_path)
     base_line = found["the base folder the MCP host uses"]
     assert base_line.startswith("FAIL  ") and " -- fix: set LINECITE_HOME to a writable" \
         in base_line
-    assert found["tokenize Hangul (Kiwi) and Han (jieba)"].startswith("PASS  ")  # independent
+    assert found[TOKENIZE].startswith("PASS  ")  # independent
     assert found["index a DOCX and a text PDF (ingest.py)"].startswith("FAIL  ")
     for step in STEPS[4:]:
         assert found[step].startswith("FAIL  ") and "not run" in found[step], found[step]

@@ -1,0 +1,91 @@
+"""Relevance at the unit a reader judges: a chunk's BM25 with its page's.
+
+A question is answered by a page or a short document (an abstract, a filing's page), and the
+chunker cuts one into several chunks (a SciFact abstract into ~2.4): scored alone, a chunk
+holding half of the evidence loses to one stray chunk elsewhere holding more of the query's
+words. So each chunk the lexical leg ranks gets `weight` times the BM25 of its unit, its page
+scored as one document (bm25.Ranking.as_documents: its chunks' term counts summed, from the
+postings the leg already read), while the hit still points at the chunk's own lines. A page
+longer than 2 * RADIUS + 1 chunks (a text file is one page) is judged by the window of that
+many chunks around the chunk: a section, not the whole file.
+
+Measured on every set's dev split (docs/quality.md): SciFact and FinanceBench gain, Korean
+and Chinese hold.
+
+Layer: ranking, given the index's BM25 and the chunks' pages (fulltext.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+import fulltext
+
+if TYPE_CHECKING:  # numpy, loaded by the first search: request.py imports WEIGHT at start-up
+    from index import bm25
+
+# ---------------------------------------------------------------------------
+WEIGHT = 0.5  # share of the unit's BM25 added to a chunk's (search.unitWeight; 0 = off)
+POOL = 3  # the lexical leg rescores this many times the chunks it keeps
+RADIUS = 8  # a unit is at most this many chunks either side of the chunk, on its page
+# ---------------------------------------------------------------------------
+
+
+class WithUnits(Mapping):
+    """A BM25 ranking (rowid -> score) whose scores carry their units': `top(n)` rescores
+    the POOL * n best chunks and keeps the n best; `get` scores one chunk (the vector leg's
+    finds). Chunks no query term is in stay out, as in the ranking it wraps."""
+
+    def __init__(self, conn, ranking: bm25.Ranking, weight: float):
+        self.conn, self.ranking, self.weight = conn, ranking, weight
+        self.scores: dict[int, float] = {}
+        pages = max(fulltext.page_count(conn), 1)
+        # a unit's average length: a page's, but no longer than the window
+        per_unit = min(ranking.chunks / pages, 2 * RADIUS + 1) if ranking.chunks else 1.0
+        self.average = max(per_unit, 1.0) * ranking.average
+
+    def top(self, n: int) -> list[tuple[int, float]]:
+        pool = self.ranking.top(n * POOL)
+        self._score(dict(pool))
+        ranked = sorted(((rowid, self.scores[rowid]) for rowid, _ in pool),
+                        key=lambda pair: (-pair[1], pair[0]))
+        return ranked[:n]
+
+    def __getitem__(self, rowid: int) -> float:
+        if rowid not in self.scores:
+            self._score({rowid: self.ranking[rowid]})  # KeyError: no term of the query
+        return self.scores[rowid]
+
+    def __len__(self) -> int:
+        return len(self.ranking)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ranking)
+
+    def _score(self, raw: dict[int, float]) -> None:
+        """Each chunk's score plus `weight` times its unit's."""
+        todo = [rowid for rowid in raw if rowid not in self.scores]
+        if not todo:
+            return
+        pages = fulltext.page_chunks(self.conn, todo)
+        units = [_window(pages.get(rowid, [rowid]), rowid) for rowid in todo]
+        for rowid, unit in zip(todo, self.ranking.as_documents(units, self.average).tolist(),
+                               strict=True):
+            self.scores[rowid] = raw[rowid] + self.weight * unit
+
+
+def _window(page: list[int], rowid: int) -> list[int]:
+    """The chunks of `page` (rowids, ascending) at most RADIUS places either side of rowid."""
+    at = bisect.bisect_left(page, rowid)
+    return page[max(0, at - RADIUS):at + RADIUS + 1]
+
+
+def with_units(conn, scores: Mapping[int, float], weight: float) -> Mapping[int, float]:
+    """`scores` with their units' evidence; as they are when off or when the index scores
+    through FTS5's fallback (bm25.Scores holds no postings to sum)."""
+    from index import bm25
+    if weight <= 0 or not isinstance(scores, bm25.Ranking):
+        return scores
+    return WithUnits(conn, scores, weight)
