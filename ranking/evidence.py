@@ -69,28 +69,46 @@ def band_for(provider: str | None, model: str | None) -> Band | None:
                  and key in name), None)
 
 
-def query_terms(queries: Sequence[str], tokenize: Callable[[str], list[str]]) -> dict[str, str]:
-    """The distinct tokens of the queries, in order, each mapped to how the query wrote it:
-    the word itself (trimmed of quotes and punctuation) when that word alone gives just this
-    token (`Payments` for a stem `payment`), else the token. Korean and Chinese words show
-    their tokens (결제 of 결제를: the morpheme that matched), and are not tokenized again:
-    a Kiwi call per word cost a Korean question 11 ms."""
-    terms: dict[str, str] = {}
+Term = tuple[str, ...]  # the tokens one word of the query gives: itself, and its stem
+
+
+def query_terms(queries: Sequence[str], tokenize: Callable[[str], list[str]]) -> dict[Term, str]:
+    """The distinct terms of the queries, in order, each mapped to how the query wrote it. A
+    term is a token, or an English word and its stem together (segment.query_tokens: a prose
+    chunk holds the stem, a code chunk the word; either is the word found). Shown as the
+    word itself (trimmed of quotes and punctuation) when that word alone gives just this
+    term (`Payments`), else its first token. Korean and Chinese words show their tokens (결제
+    of 결제를: the morpheme that matched), and are not tokenized again: a Kiwi call per word
+    cost a Korean question 11 ms."""
+    terms: dict[Term, str] = {}
     for query in queries:
-        terms.update((t, t) for t in tokenize(query) if t not in terms)
+        terms.update((term, term[0]) for term in _terms(tokenize(query)) if term not in terms)
+    firsts = {term[0] for term in terms}
     for query in queries:
         for word in query.split()[:MAX_QUERY_WORDS]:
             bare = word.strip(TRIM)
-            if not bare or bare.casefold() in terms or segment.HANGUL_RE.search(bare) \
+            if not bare or bare.casefold() in firsts or segment.HANGUL_RE.search(bare) \
                     or segment.HAN_RE.search(bare):
                 continue  # written as its token (up to case), or Korean or Chinese
-            own = tokenize(bare)
-            if len(own) == 1 and terms.get(own[0]) == own[0]:
+            own = _terms(tokenize(bare))
+            if len(own) == 1 and terms.get(own[0]) == own[0][0]:
                 terms[own[0]] = bare
     return terms
 
 
-def annotate(conn: sqlite3.Connection, hits: list[Hit], terms: dict[str, str],
+def _terms(tokens: list[str]) -> list[Term]:
+    """Tokens as terms: a stem joins the word before it."""
+    terms: list[Term] = []
+    for token in tokens:
+        if token.startswith(segment.STEM_MARK) and terms and len(terms[-1]) == 1 \
+                and not terms[-1][0].startswith(segment.STEM_MARK):
+            terms[-1] = (terms[-1][0], token)
+        else:
+            terms.append((token,))
+    return terms
+
+
+def annotate(conn: sqlite3.Connection, hits: list[Hit], terms: dict[Term, str],
              band: Band | None, tokenize: Callable[[str], list[str]],
              literal: bool = False) -> list[Hit]:
     """Set each hit's `matched` (from its chunks' indexed tokens; an exact-mode line, which
@@ -103,7 +121,7 @@ def annotate(conn: sqlite3.Connection, hits: list[Hit], terms: dict[str, str],
     for hit in hits:
         words = set(tokenize(hit.text)) if not hit.chunk_ids else \
             {t for c in hit.chunk_ids for t in held.get(c, "").split()}
-        found = tuple(t for t in asked if t in words)
+        found = tuple(t for t in asked if words.intersection(t))
         hit.matched = Matched(found, asked, tuple(terms[t] for t in found))
         close = band is not None and hit.similarity is not None and \
             hit.similarity >= band.close
@@ -124,19 +142,23 @@ def strength(conn: sqlite3.Connection, hits: list[Hit], band: Band | None) -> fl
     return best
 
 
-def _idf(conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, float]:
-    """FTS5's idf of each term over the KB's chunks (floored as bm25() floors it): a term no
-    chunk holds weighs most."""
+def _idf(conn: sqlite3.Connection, terms: Sequence[Term]) -> dict[Term, float]:
+    """FTS5's idf of each term over the KB's chunks (floored as bm25() floors it), by its
+    commonest form (a word and its stem: the one the KB's chunks hold): a term no chunk
+    holds weighs most."""
     if not terms:
         return {}
     chunks = fulltext.fts_totals(conn)[0]
     vocabulary = query_sql.vocabulary(conn, "chunks")
-    docs = dict.fromkeys(terms, 0)
-    for start in range(0, len(terms), 500):  # SQLite's bound-parameter limit
-        part = list(terms[start:start + 500])
+    tokens = list(dict.fromkeys(t for term in terms for t in term))
+    docs = dict.fromkeys(tokens, 0)
+    for start in range(0, len(tokens), 500):  # SQLite's bound-parameter limit
+        part = tokens[start:start + 500]
         docs.update(conn.execute(f"SELECT term, doc FROM {vocabulary} WHERE term IN"
                                  f" ({','.join('?' * len(part))})", part).fetchall())
-    return {t: max(math.log((chunks - n + 0.5) / (n + 0.5)), MIN_IDF) for t, n in docs.items()}
+    held = {term: max(docs[t] for t in term) for term in terms}
+    return {term: max(math.log((chunks - n + 0.5) / (n + 0.5)), MIN_IDF)
+            for term, n in held.items()}
 
 
 def weak_note(kb_id: str, holds: str, judged_by_meaning: bool, found: bool) -> str:

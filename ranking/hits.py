@@ -33,11 +33,12 @@ MAX_MATCHED_TERMS = 10  # terms a hit's `matched` lists (its counts cover them a
 
 @dataclass(frozen=True)
 class Matched:
-    """Which of the query's searchable terms (the lexical leg's tokens) a hit's chunks hold:
-    `held` of `asked`, each shown as the query wrote it where one word gave it (`shown`)."""
+    """Which of the query's searchable terms (the lexical leg's tokens: a token, or an English
+    word with its stem) a hit's chunks hold: `held` of `asked`, each shown as the query wrote
+    it where one word gave it (`shown`)."""
 
-    held: tuple[str, ...]  # tokens, in the query's order
-    asked: tuple[str, ...]  # every distinct token of the query (and its phrasings)
+    held: tuple[tuple[str, ...], ...]  # terms, in the query's order
+    asked: tuple[tuple[str, ...], ...]  # every distinct term of the query (and its phrasings)
     shown: tuple[str, ...]  # held, as written: "Payments" for a stemmed "payment"
 
     def to_json(self) -> dict:

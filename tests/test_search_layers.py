@@ -223,6 +223,10 @@ def test_each_hit_names_the_query_words_it_holds_in_english_and_korean(tmp_path)
     english = lib.search(SearchRequest.checked("kiosk payment refund", 5, "bm25", "docs"))
     assert [(h["source"], h["matched"]) for h in english["hits"]] == [
         ("docs/en.txt", {"words": 2, "of": 3, "terms": ["kiosk", "payment"]})]
+    # an English word and its stem are one word, shown as written (the chunk holds the stem)
+    inflected = lib.search(SearchRequest.checked("Kiosks payments refunds", 5, "bm25", "docs"))
+    assert [h["matched"] for h in inflected["hits"]] == [
+        {"words": 2, "of": 3, "terms": ["kiosks", "payments"]}]
     korean = lib.search(SearchRequest.checked("키오스크 결제를 환불", 5, "bm25", "docs"))
     assert [(h["source"], h["matched"]) for h in korean["hits"]] == [
         ("docs/ko.txt", {"words": 2, "of": 3, "terms": ["키오스크", "결제"]})]
