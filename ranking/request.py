@@ -86,6 +86,7 @@ class SearchSettings:
 
     fusion: Fusion = DEFAULT_FUSION
     vector_weight: float | None = None  # the vector leg's share in the fusion
+    cross_lingual: float = 0.0  # foreign chunks' share of their vector-alone score (fusion.py)
     title_weight: float = titles.TITLE_WEIGHT  # the file-name match's share in `auto`
     diversity: float = 0.0  # MMR's lambda (0 = only search.py's per-source rule)
     neighbour_weight: float = neighbours.WEIGHT  # a code neighbour's share in `auto` (0 = off)
