@@ -6,6 +6,7 @@
     python -m bench code ...            # code_eval.py: hit@k/MRR on installed packages' code
     python -m bench startup ...         # startup_bench.py: spawn -> tools/list, first answers
     python -m bench citations ...       # citations.py: verify_citation on real PDFs
+    python -m bench crosslingual ...    # crosslingual.py: English questions, a Korean book
 
 Each command hands the rest of the command line to that script's own parser (`--help` there).
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import sys
 
 USAGE = ("usage: python -m bench speed SECTION ... | scale N ... | quality SET ... | code ... "
-         "| startup ... | citations ... (--help after)")
+         "| startup ... | citations ... | crosslingual ... (--help after)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import citations
 
         return citations.main(rest)
+    if command == "crosslingual":
+        from bench import crosslingual
+
+        return crosslingual.main(rest)
     print(USAGE, file=sys.stderr)
     return 2
 
