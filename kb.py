@@ -152,8 +152,8 @@ def load(base: Path, kb_id: str) -> KnowledgeBase:
 
 
 SETTING_FIELDS = {"titleWeight": "title_weight", "unitWeight": "unit_weight",
-                  "diversity": "diversity",
-                  "neighbourWeight": "neighbour_weight"}  # `search` key -> SearchSettings field
+                  "diversity": "diversity", "neighbourWeight": "neighbour_weight",
+                  "crossLingual": "cross_lingual"}  # `search` key -> SearchSettings field
 
 
 def search_settings(kb: KnowledgeBase) -> SearchSettings:
@@ -162,7 +162,9 @@ def search_settings(kb: KnowledgeBase) -> SearchSettings:
     method = kb.search.get("fusion", fusion.DEFAULT_FUSION)
     weight = kb.search.get("vectorWeight",
                            fusion.default_weight(method, kb.embedding.get("provider")))
-    given = {field: kb.search[key] for key, field in SETTING_FIELDS.items() if key in kb.search}
+    given = {"cross_lingual": fusion.default_cross_lingual(kb.embedding.get("provider")),
+             **{field: kb.search[key] for key, field in SETTING_FIELDS.items()
+                if key in kb.search}}
     return SearchSettings(method, weight, **given)
 
 
@@ -349,6 +351,7 @@ SEARCH_WEIGHTS = {  # search block's 0-1 fields -> what 0 and 1 mean
     "unitWeight": ("chunks scored alone", "a chunk's page counted as much as the chunk"),
     "diversity": ("off", "novelty only"),
     "neighbourWeight": ("code chunks ranked alone", "a code chunk lifted by its neighbours"),
+    "crossLingual": ("off", "a page in another language as high as its meaning alone ranks it"),
 }
 SEARCH_FIELDS = ("fusion", *SEARCH_WEIGHTS)
 

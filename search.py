@@ -33,9 +33,9 @@ from functools import lru_cache
 
 import fulltext
 from common import limits
-from index import exact, query_sql, states
-from ranking import definitions, evidence, neighbours, titles, units
-from ranking.fusion import RRF_K, Candidate, fuse
+from index import doc_language, exact, query_sql, states
+from ranking import definitions, evidence, filters, neighbours, titles, units
+from ranking.fusion import RRF_K, Candidate, fuse, mark_foreign
 from ranking.hits import Hit, merge_into, with_text
 from ranking.request import DEFAULT_SETTINGS, SearchRequest, SearchSettings
 
@@ -212,7 +212,10 @@ class Searcher:
         def ranking(chosen: dict[str, Candidate]) -> list[tuple[Candidate, float]]:
             if use_bm25 and use_vector:
                 self._complete(bm25, embedding, chosen)
-                return fuse(list(candidates.values()), settings.fusion, settings.vector_weight)
+                if settings.cross_lingual > 0:
+                    self._mark_foreign(query, chosen)
+                return fuse(list(candidates.values()), settings.fusion, settings.vector_weight,
+                            settings.cross_lingual)
             for cand in chosen.values():
                 cand.bm25 = bm25.get(cand.row["id"], cand.bm25)
             return sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
@@ -359,6 +362,13 @@ class Searcher:
         blended = [(c, (1 - weight) * score / best + weight * scores.get(c.row["source"], 0.0)
                     if score > 0 else score) for c, score in ranked]
         return sorted(blended, key=lambda pair: -pair[1])
+
+    def _mark_foreign(self, query: str, candidates: dict[str, Candidate]) -> None:
+        """Mark the candidates whose source is in none of the question's languages (fusion.py
+        scores them by meaning alone)."""
+        sources = {cand.row["source"] for cand in candidates.values()}
+        mark_foreign(candidates.values(), doc_language.query_languages(query),
+                     filters.languages_of(self.conn, sources))
 
     def _bm25_leg(self, bm25: Mapping[int, float], out: dict[str, Candidate]) -> None:
         for rank, (row, score) in enumerate(fulltext.top_chunks(self.conn, bm25, CANDIDATES), 1):

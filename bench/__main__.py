@@ -7,6 +7,7 @@
     python -m bench startup ...         # startup_bench.py: spawn -> tools/list, first answers
     python -m bench citations ...       # citations.py: verify_citation on real PDFs
     python -m bench closeness ...       # closeness.py: right chunks' cosines vs off-topic
+    python -m bench crosslingual ...    # crosslingual.py: English questions, a Korean book
 
 Each command hands the rest of the command line to that script's own parser (`--help` there).
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import sys
 
 USAGE = ("usage: python -m bench speed SECTION ... | scale N ... | quality SET ... | code ... "
-         "| startup ... | citations ... | closeness ... (--help after)")
+         "| startup ... | citations ... | closeness ... | crosslingual ... (--help after)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import closeness
 
         return closeness.main(rest)
+    if command == "crosslingual":
+        from bench import crosslingual
+
+        return crosslingual.main(rest)
     print(USAGE, file=sys.stderr)
     return 2
 

@@ -10,7 +10,8 @@ near enough: a Hangul, Han or Kana character is one, a Latin word LATIN_WORD_UNI
 counts when it holds at least MIN_SHARE of them, so a Korean report naming a few English
 terms, or an English paper quoting one Korean title, is not also `en` or `ko`. Codes are ISO
 639-1 (`ko`, `zh`, `ja`, `en`), as the filter takes them, with the names agents send
-(`korean`, `한국어`, `中文`...) mapped onto them in NAMES.
+(`korean`, `한국어`, `中文`...) mapped onto them in NAMES. A search's question is too short to
+count shares: every script in it names its languages (query_languages).
 
 Layer: text: pure functions, below fulltext.py (which records the result per source).
 """
@@ -83,6 +84,22 @@ def _latin_code(sample: str) -> str:
     words = LATIN_WORD.findall(sample.lower())
     english = sum(word in ENGLISH_WORDS for word in words)
     return "en" if words and english >= ENGLISH_SHARE * len(words) else "latin"
+
+
+def query_languages(query: str) -> frozenset[str]:
+    """The languages a question may be in, by every script it holds, however few letters:
+    a short question mixes scripts on purpose ("x86 어셈블리", "GPT-4 토큰") and each word
+    is searched as written. Latin letters are both `en` and `latin` (three words hold too few
+    function words to tell them apart); empty when the question has no letters."""
+    found = {script for script, rx in SCRIPTS.items() if rx.search(query)}
+    codes = {"ko"} if "hangul" in found else set()
+    if "kana" in found:
+        codes.add("ja")
+    elif "han" in found:
+        codes.add("zh")
+    if "latin" in found:
+        codes.update(("en", "latin"))
+    return frozenset(codes)
 
 
 def code_of(word: str) -> str | None:

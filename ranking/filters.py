@@ -254,6 +254,16 @@ def _speaks(wanted: tuple[str, ...], parser: str | None, languages: str | None) 
                for word in wanted)
 
 
+def languages_of(conn: sqlite3.Connection, names: Collection[str]) -> dict[str, str | None]:
+    """Each named source's natural languages as doc_language.py recorded them ("ko,en"), for
+    fusion.mark_foreign; empty on an older schema without the column."""
+    if not names or "languages" not in fulltext_schema.table_columns(conn, "sources"):
+        return {}
+    wanted = list(names)
+    return dict(conn.execute("SELECT name, languages FROM sources WHERE name IN"
+                             f" ({','.join('?' * len(wanted))})", wanted).fetchall())
+
+
 def _most(counts: Counter, n: int) -> list[tuple[str, int]]:
     """The n most common, equals in alphabetical order (a set's order changes per process)."""
     return sorted(counts.items(), key=lambda pair: (-pair[1], pair[0]))[:n]

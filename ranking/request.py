@@ -86,6 +86,7 @@ class SearchSettings:
 
     fusion: Fusion = DEFAULT_FUSION
     vector_weight: float | None = None  # the vector leg's share in the fusion
+    cross_lingual: float = 0.0  # foreign chunks' share of their vector-alone score (fusion.py)
     title_weight: float = titles.TITLE_WEIGHT  # the file-name match's share in `auto`
     diversity: float = 0.0  # MMR's lambda (0 = only search.py's per-source rule)
     unit_weight: float = units.WEIGHT  # the BM25 of a chunk's page added to its own (0 = off)

@@ -41,6 +41,21 @@ def test_languages_are_told_by_their_scripts(lines, expected):
     assert doc_language.detect(lines) == expected
 
 
+@pytest.mark.parametrize("query, expected", [
+    ("why do modern CPUs waste cycles on mispredicted branches", {"en", "latin"}),
+    ("branch prediction penalty", {"en", "latin"}),  # no function word: still Latin script
+    ("분기 예측이 틀리면", {"ko"}),
+    ("x86 어셈블리 분기", {"ko", "en", "latin"}),  # a mixed question is in both
+    ("分支预测", {"zh"}),
+    ("分岐予測とは", {"ja"}),
+    ("12345 -- 6.7", set()),  # no letters: no language, so no page is foreign to it
+])
+def test_a_questions_languages_are_every_script_in_it(query, expected):
+    # issue 47 (cross-lingual): a question is too short for detect's shares, and "CPU 분기"
+    # must not count as Korean only, or English pages would be foreign to it
+    assert doc_language.query_languages(query) == expected
+
+
 def test_a_long_source_is_read_only_as_far_as_its_sample():
     # a confused user's 1 GB log: detect must stop at SAMPLE_CHARS, not read every line
     def endless():
