@@ -277,10 +277,15 @@ class KeywordPhrasing:
                 "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)).fetchone()[0]
         return self.counts[token]
 
+    def _rare(self, word: str) -> bool:
+        """Whether a token of `word` the chunks hold (a prose chunk its stem, code the word as
+        written) is in at most KEYWORD_SHARE of them; a word no chunk holds stays."""
+        counts = [n for n in map(self._count, self.searcher.tokenize(word)) if n] or [0]
+        return any(n <= KEYWORD_SHARE * self.chunks for n in counts)
+
     def __call__(self, query: str) -> list[str]:
         words = query.split()
-        kept = [w for w in words if any(self._count(t) <= KEYWORD_SHARE * self.chunks
-                                        for t in self.searcher.tokenize(w))]
+        kept = [w for w in words if self._rare(w)]
         return [" ".join(kept)] if kept and kept != words else []
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.limits import MAX_QUERY_TOKENS
+from index import segment
 from index.bm25_segments import (
     FLUSH_MIN,
     GENERATION_KEY,
@@ -163,10 +164,13 @@ def scores(conn: sqlite3.Connection, query_tokens: Sequence[str],
     average = tokens / chunks
     shortest = min([figures.shortest, *(len(w) for w in fresh.values() if w)])
     found = []
-    chosen = choose_terms(terms, chunks, _count_bounds(conn, figures, stale, fresh),
-                          _count_exact(conn, figures, stale, fresh))
-    for ids, tfs in _postings(conn, chosen, figures, stale, fresh):
-        idf = max(math.log((chunks - len(ids) + 0.5) / (len(ids) + 0.5)), MIN_IDF)
+    bounds = _count_bounds(conn, figures, stale, fresh)
+    chosen = choose_terms(terms, chunks, bounds, _count_exact(conn, figures, stale, fresh))
+    postings = _postings(conn, chosen, figures, stale, fresh)
+    held = _word_counts({term: len(ids) for term, (ids, _) in postings.items()},
+                        segment.word_forms(query_tokens), bounds)
+    for term, (ids, tfs) in postings.items():
+        idf = max(math.log((chunks - held[term] + 0.5) / (held[term] + 0.5)), MIN_IDF)
         if allowed is not None:
             keep = np.isin(ids, allowed)
             ids, tfs = ids[keep], tfs[keep]
@@ -373,6 +377,18 @@ def choose_terms(terms: list[str], chunks: int, bounds: Callable[[list[str]], tu
     return sorted(terms, key=low.__getitem__)[:MAX_QUERY_TOKENS]
 
 
+def _word_counts(counts: dict[str, int], forms: dict[str, str],
+                 bounds: Callable[[list[str]], tuple]) -> dict[str, int]:
+    """Each term's chunk count for its idf: with an English word's other form's added (a
+    prose chunk holds its stem, a code chunk the word as written), so the word is as rare in
+    either: counted apart, `invoice` in two code files outweighed the stem in 60 notes, and
+    a question in a KB of docs and code ranked the code first."""
+    missing = [other for term, other in forms.items() if term in counts and other not in counts]
+    extra = bounds(missing)[1] if missing else {}
+    return {term: n + counts.get(forms.get(term, ""), extra.get(forms.get(term, ""), 0))
+            for term, n in counts.items()}
+
+
 def _term_rows(conn: sqlite3.Connection, select: str, terms: list[str]) -> Iterator[tuple]:
     """`SELECT ... FROM bm25_postings WHERE term IN (terms)`, in parts of 500 terms
     (SQLite's bound-parameter limit)."""
@@ -422,7 +438,7 @@ def _count_exact(conn: sqlite3.Connection, figures: _Figures, stale: np.ndarray,
 
 
 def _postings(conn: sqlite3.Connection, terms: list[str], figures: _Figures,
-              stale: np.ndarray, fresh: dict[int, list[str]]) -> list[tuple]:
+              stale: np.ndarray, fresh: dict[int, list[str]]) -> dict[str, tuple]:
     """(rowids ascending, term counts) of each term's chunks: the segments' live postings but
     the `stale` ones, then the queued chunks' own tokens."""
     pieces: dict[str, list[tuple]] = defaultdict(list)
@@ -437,7 +453,8 @@ def _postings(conn: sqlite3.Connection, terms: list[str], figures: _Figures,
     for term, rows in queued.items():
         pieces[term].append(tuple(np.array(column, dtype) for column, dtype
                                   in zip(zip(*rows, strict=True), (ID, TF), strict=True)))
-    return [joined for parts in pieces.values() if len((joined := _ascending(parts))[0])]
+    return {term: joined for term, parts in pieces.items()
+            if len((joined := _ascending(parts))[0])}
 
 
 def _ascending(pieces: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

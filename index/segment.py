@@ -47,7 +47,7 @@ import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cache, lru_cache
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Literal
 
 # -----------------------------------------------------------------------------
@@ -366,6 +366,16 @@ def _ko(piece: str, morphs: list, form: Form) -> list[str]:
 def tokens(text: str) -> list[str]:
     """Search tokens of `text` as written, in text order: what code chunks are indexed with."""
     return tokens_many([text])[0]
+
+
+def word_forms(tokens: Sequence[str]) -> dict[str, str]:
+    """In query tokens (query_tokens), each English word's other form: the word and its stem
+    (STEM_MARK), each mapped to the other."""
+    forms: dict[str, str] = {}
+    for word, stem in pairwise(tokens):
+        if stem.startswith(STEM_MARK) and not word.startswith(STEM_MARK) and word not in forms:
+            forms[word], forms[stem] = stem, word
+    return forms
 
 
 def prose_tokens(text: str) -> list[str]:

@@ -216,13 +216,13 @@ def check_tokenize(run: Run) -> str:
     BM25 leg works."""
     from index import segment
     korean, chinese = segment.tokens("서울에서 회의를 했다"), segment.tokens("人工智能研究")
-    english = segment.prose_tokens("connected connections")
+    english = segment.prose_tokens("connected connecting")
     if "서울" not in korean or "서울에서" in korean:
         raise StepFailed(f"Kiwi gave {korean} for 서울에서 회의를 했다")
     if not {"人工", "智能"} <= set(chinese):
         raise StepFailed(f"jieba gave {chinese} for 人工智能研究")
     if english != [segment.STEM_MARK + "connect"] * 2:
-        raise StepFailed(f"the stemmer gave {english} for connected connections")
+        raise StepFailed(f"the stemmer gave {english} for connected connecting")
     return f"{' '.join(korean)} | {' '.join(chinese)} | {' '.join(english)}"
 
 

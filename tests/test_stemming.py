@@ -204,3 +204,28 @@ def test_an_index_of_the_previous_rules_is_retokenized_to_what_a_fresh_one_holds
         assert _found(conn, "connected") == ["docs/log.txt", "docs/notes.txt"]
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
         conn.close()
+
+
+def test_a_word_is_as_rare_in_code_as_in_prose(tmp_path):
+    # a prose chunk holds a word's stem, a code chunk the word as written: counted apart, the
+    # word in two code files outweighed its stem in 30 notes, and in a KB of docs and code a
+    # question ranked the code first (test_filters: the notes' every word was the query's)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for n in range(30):
+        (folder / f"n{n:02d}.txt").write_text(f"invoice payment terms note {n}\n",
+                                              encoding="utf-8")
+    (folder / "billing.py").write_text("def total(lines):\n    # invoice payment terms\n"
+                                       "    return sum(lines)\n", encoding="utf-8")
+    (folder / "report.py").write_text("# invoice report\nX = 1\n", encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base", "k")
+    ingest.ingest(kb, [folder])
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        ranking = bm25.scores(conn, segment.query_tokens("invoice"))
+        assert len({term.idf for term in ranking.terms}) == 1  # `invoice` and `~invoic`
+        assert len(ranking.terms) == 2
+        top = _ranked(conn, "invoice payment terms")
+        assert top[0].endswith(".txt")  # 3 words in a short note, as in billing.py
+    finally:
+        conn.close()
