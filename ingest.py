@@ -142,8 +142,8 @@ def _source_to_remove(kb: kbmod.KnowledgeBase, given: str) -> str:
     if not names:
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
         raise limits.UserError(f"no source {given!r} in {kb.id!r}, by name or by its file's "
-                               f"path{hint} (the page's Sources tab and list_sources show every "
-                               "source's exact name)")
+                               f"path{hint}; `{command('remove', '--list', '--kb', kb.id)}` "
+                               "lists every source's exact name")
     return names[0]
 
 
@@ -286,75 +286,128 @@ def main(argv: list[str] | None = None) -> int:
             print("usage: python ingest.py smoke-ocr FILE.pdf|IMAGE", file=sys.stderr)
             return EXIT_NOT_RUN
         return ocr.smoke(Path(argv[1]))
+    if "--remove" in argv:  # `linecite remove`: its own arguments and --help
+        return _remove_main([a for a in argv if a != "--remove"])
     parser = argparse.ArgumentParser(
         description="Index files into a linecite knowledge base (JSON summary on stdout).")
     parser.add_argument("path", nargs="?",
                         help="a file, a folder or an http(s) URL to index (default: sync the "
-                             "KB's sourcePaths); with --remove, the source to drop")
+                             "KB's sourcePaths)")
     parser.add_argument("source_name", nargs="?",
                         help="the name agents cite for this file (default: its file name)")
+    _kb_arguments(parser)
+    parser.add_argument("--force", action="store_true", help="re-extract even unchanged files")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="rebuild a damaged KB from its source files (the damaged stores "
+                             "are moved aside, not deleted)")
+    parser.add_argument("--once", action="store_true",
+                        help="index a folder without adding it to the KB's sourcePaths")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    args = parser.parse_args(argv)
+    # PowerShell 5.1 and cmd pass "~" through unexpanded
+    url = args.path if args.path and args.path.startswith(("http://", "https://")) else None
+    args.path = Path(args.path).expanduser() if args.path is not None and not url else None
+    if args.source_name and (args.path is None or args.path.is_dir()):
+        parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
+    if args.rebuild and (args.path is not None or url):
+        parser.error("--rebuild takes no PATH: it re-indexes the files the KB already knows")
+    base = _base(args)
+    if args.rebuild and args.kb not in kbmod.list_ids(base):
+        print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to rebuild",
+              file=sys.stderr)
+        return EXIT_NOT_RUN
+    run = run_status.RunStatus(base / args.kb, "cli", "full", args.force)
+
+    def work() -> Summary:
+        if args.rebuild:
+            return rebuild(kbmod.load(base, args.kb), progress=not args.quiet, run=run)
+        if url is not None:
+            return ingest_url(kbmod.open_or_create(base, args.kb), url, force=args.force,
+                              progress=not args.quiet, run=run)
+        if args.path is None:
+            return sync(kbmod.open_or_create(base, args.kb), "full", force=args.force,
+                        progress=not args.quiet, run=run)
+        check_exists([args.path])  # before the KB is made or changed
+        kb = kbmod.open_or_create(base, args.kb)
+        summary = ingest(kb, [args.path], args.source_name, force=args.force,
+                         progress=not args.quiet, run=run)
+        if args.path.is_dir() and not args.once and kbmod.follow(kb, args.path):
+            summary.following = (f"{kb.id} now follows {args.path.resolve()}: "
+                                 f"`{command('ingest', '--kb', kb.id)}` or start_reindex "
+                                 "keeps it current (--once indexes a folder without "
+                                 "following it)")
+        return summary
+
+    return _reported(work, args.kb, base)
+
+
+def _remove_main(argv: list[str]) -> int:
+    """`linecite remove SOURCE` (ingest.py --remove): drop one source, or list them."""
+    parser = argparse.ArgumentParser(
+        prog="linecite remove", description="Drop one source from a knowledge base: its "
+        "lines, chunks and vectors (the file is not touched). A file still in a followed "
+        "folder comes back at the next sync: move it out, or stop following the folder "
+        "(the KB's config.json, sourcePaths).")
+    parser.add_argument("source", nargs="?",
+                        help="the source's name (as --list shows it), its file name, or its "
+                             "file's path")
+    _kb_arguments(parser)
+    parser.add_argument("--list", action="store_true",
+                        help="list the KB's sources (name and state), one a line")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    args = parser.parse_args(argv)
+    if (args.source is None) == (not args.list):
+        parser.error("give one SOURCE to drop, or --list to see the KB's sources")
+    base = _base(args)
+    if args.kb not in kbmod.list_ids(base):
+        print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to "
+              f"{'list' if args.list else 'remove'}", file=sys.stderr)
+        return EXIT_NOT_RUN
+    kb = kbmod.load(base, args.kb)
+    if args.list:
+        for name, state in list_names(kb):
+            print(f"{name}\t{state}")
+        return 0
+    run = run_status.RunStatus(base / args.kb, "cli", "remove", False)
+    return _reported(lambda: remove(kb, args.source, progress=not args.quiet, run=run),
+                     args.kb, base)
+
+
+def list_names(kb: kbmod.KnowledgeBase) -> list[tuple[str, str]]:
+    """(name, state) of every source of the KB, by name."""
+    if not kb.fulltext_path.exists():
+        return []
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        return [(s["name"], s["state"]) for s in fulltext.list_sources(conn)]
+    finally:
+        conn.close()
+
+
+def _kb_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kb", default=kbmod.DEFAULT_KB,
                         help="knowledge base id (default: %(default)s)")
     parser.add_argument("--base-path", type=Path, default=None,
                         help="folder holding all KBs (default: $LINECITE_HOME or the user "
                              "data folder)")
-    parser.add_argument("--force", action="store_true", help="re-extract even unchanged files")
-    parser.add_argument("--rebuild", action="store_true",
-                        help="rebuild a damaged KB from its source files (the damaged stores "
-                             "are moved aside, not deleted)")
-    parser.add_argument("--remove", action="store_true",
-                        help="drop the source PATH names (its name, or its file's path) from "
-                             "the KB, its chunks and vectors with it; the file is not touched")
-    parser.add_argument("--once", action="store_true",
-                        help="index a folder without adding it to the KB's sourcePaths")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
-    args = parser.parse_args(argv)
-    given = args.path  # as typed: --remove looks it up as a source name first
-    # PowerShell 5.1 and cmd pass "~" through unexpanded
-    url = args.path if args.path and args.path.startswith(("http://", "https://")) else None
-    args.path = Path(args.path).expanduser() if args.path is not None and not url else None
-    args.base_path = args.base_path.expanduser() if args.base_path is not None else None
-    if args.source_name and (args.path is None or args.path.is_dir()):
-        parser.error("SOURCE_NAME names one file; a folder's files are named by their paths")
-    if args.rebuild and (args.path is not None or url):
-        parser.error("--rebuild takes no PATH: it re-indexes the files the KB already knows")
-    if args.remove and (given is None or args.source_name or args.rebuild or args.force):
-        parser.error("--remove takes one source (its name or its file's path) and no other "
-                     "option but --kb and --base-path")
-    base = args.base_path or paths.default_base_path()
-    if (args.rebuild or args.remove) and args.kb not in kbmod.list_ids(base):
-        print(f"linecite: no knowledge base {args.kb!r} under {base}; nothing to "
-              f"{'rebuild' if args.rebuild else 'remove'}", file=sys.stderr)
-        return EXIT_NOT_RUN
-    run = run_status.RunStatus(base / args.kb, "cli", "remove" if args.remove else "full",
-                               args.force)
+
+
+def _base(args: argparse.Namespace) -> Path:
+    return args.base_path.expanduser() if args.base_path is not None \
+        else paths.default_base_path()
+
+
+def _reported(work: Callable[[], Summary], kb_id: str, base: Path) -> int:
+    """Run `work`, print its JSON summary, and return its exit code; a refusal or a fault
+    the user can fix is one line on stderr and EXIT_NOT_RUN."""
     try:
-        if args.remove:
-            summary = remove(kbmod.load(base, args.kb), given, progress=not args.quiet, run=run)
-        elif args.rebuild:
-            summary = rebuild(kbmod.load(base, args.kb), progress=not args.quiet, run=run)
-        elif url is not None:
-            summary = ingest_url(kbmod.open_or_create(base, args.kb), url, force=args.force,
-                                 progress=not args.quiet, run=run)
-        elif args.path is None:
-            summary = sync(kbmod.open_or_create(base, args.kb), "full", force=args.force,
-                           progress=not args.quiet, run=run)
-        else:
-            check_exists([args.path])  # before the KB is made or changed
-            kb = kbmod.open_or_create(base, args.kb)
-            summary = ingest(kb, [args.path], args.source_name, force=args.force,
-                             progress=not args.quiet, run=run)
-            if args.path.is_dir() and not args.once and kbmod.follow(kb, args.path):
-                summary.following = (f"{kb.id} now follows {args.path.resolve()}: "
-                                     f"`{command('ingest', '--kb', kb.id)}` or start_reindex "
-                                     "keeps it current (--once indexes a folder without "
-                                     "following it)")
+        summary = work()
     except (kbmod.ConfigError, LockBusy, EmbedderUnavailable, fulltext.SchemaError,
             SourceNameTaken, limits.UserError, FilesHeld) as err:
         print(f"linecite: {err}", file=sys.stderr)
         return EXIT_NOT_RUN
     except sqlite3.DatabaseError as err:
-        problem = store_errors.user_error(args.kb, base / args.kb / fulltext.FILENAME, err,
+        problem = store_errors.user_error(kb_id, base / kb_id / fulltext.FILENAME, err,
                                           writing=True)
         if problem is None:
             raise  # no fault of the index the user can fix: a bug, with its traceback

@@ -471,7 +471,12 @@ def test_remove_a_source_leaves_what_a_fresh_index_of_the_rest_holds(tmp_path):
     before = index_snapshot(base)
     done = linecite("remove", "docs/charly.txt", base=base)
     assert done.returncode == 2 and "no source 'docs/charly.txt'" in done.stderr, done.stderr
-    assert "list_sources show every source's exact name" in done.stderr
+    assert "lists every source's exact name" in done.stderr
+    listed = linecite("remove", "--list", base=base)  # what to give it, from the shell
+    assert listed.returncode == 0 and listed.stdout.splitlines() == ["docs/alpha.txt\tready"]
+    helped = linecite("remove", "--help", base=base)
+    assert helped.returncode == 0 and "Drop one source" in helped.stdout
+    assert "--rebuild" not in helped.stdout  # not the ingest command's options
     assert index_snapshot(base) == before
 
 
