@@ -615,41 +615,28 @@ def _chunk_spans(kb: kbmod.KnowledgeBase) -> list[tuple]:
         conn.close()
 
 
-def test_code_cut_by_an_older_chunker_is_cut_again_by_the_next_sync(tmp_path, monkeypatch):
+@pytest.mark.parametrize("run", ["sync", "ingest FOLDER"])
+def test_code_cut_by_an_older_chunker_is_cut_again_once(tmp_path, monkeypatch, run):
+    # the sync did; issue 49: only the sync recorded and expired codechunks.VERSION, so
+    # `ingest FOLDER` kept code an older chunker cut (and left no version, for the next sync
+    # to cut it all again)
     files = {"shapes.py": SNIPPETS["python"][1] + "".join(
         f"\n\ndef helper_{i}(x):\n    return x + {i}\n" for i in range(40)),
         "notes.md": "# Notes\n\nNothing to cut again.\n"}
+
+    def index(kb: kbmod.KnowledgeBase, root: Path):
+        return ingest.sync(kb) if run == "sync" else ingest.ingest(kb, [root / "repo"])
+
     kb = make_kb(tmp_path, files)
     monkeypatch.setattr(codechunks, "VERSION", "old")
     monkeypatch.setattr(codechunks, "TARGET_CHARS", 200)  # what an earlier release did
-    assert ingest.sync(kb).indexed == 2
+    assert index(kb, tmp_path).indexed == 2
     old = _chunk_spans(kb)
     monkeypatch.undo()
-    again = ingest.sync(kb)  # no file changed
+    again = index(kb, tmp_path)  # no file changed
     assert (again.indexed, again.unchanged, again.failed) == (1, 1, [])  # the code, not notes
     fresh = make_kb(tmp_path / "fresh", files)
-    assert ingest.sync(fresh).indexed == 2
-    assert _chunk_spans(kb) == _chunk_spans(fresh) != old
-    assert ingest.sync(kb).unchanged == 2  # once
-
-
-def test_ingest_of_a_folder_cut_by_an_older_chunker_cuts_its_code_again_once(tmp_path,
-                                                                            monkeypatch):
-    # issue 49: only the sync recorded and expired codechunks.VERSION, so `ingest FOLDER`
-    # kept code an older chunker cut (and left no version, for the next sync to cut it all)
-    files = {"shapes.py": SNIPPETS["python"][1] + "".join(
-        f"\n\ndef helper_{i}(x):\n    return x + {i}\n" for i in range(40)),
-        "notes.md": "# Notes\n\nNothing to cut again.\n"}
-    kb = make_kb(tmp_path, files)
-    monkeypatch.setattr(codechunks, "VERSION", "old")
-    monkeypatch.setattr(codechunks, "TARGET_CHARS", 200)  # what an earlier release did
-    assert ingest.ingest(kb, [tmp_path / "repo"]).indexed == 2
-    old = _chunk_spans(kb)
-    monkeypatch.undo()
-    again = ingest.ingest(kb, [tmp_path / "repo"])  # no file changed
-    assert (again.indexed, again.unchanged, again.failed) == (1, 1, [])  # the code, not notes
-    fresh = make_kb(tmp_path / "fresh", files)
-    assert ingest.ingest(fresh, [tmp_path / "fresh" / "repo"]).indexed == 2
+    assert index(fresh, tmp_path / "fresh").indexed == 2
     assert _chunk_spans(kb) == _chunk_spans(fresh) != old
     synced = ingest.sync(kb)  # once: the sync after it reads nothing again
     assert (synced.indexed, synced.unchanged) == (0, 2)

@@ -12,7 +12,7 @@ import ingest
 import kb as kbmod
 import search
 from index import segment
-from ranking import titles
+from ranking import titles, units
 from ranking.request import SearchRequest, SearchSettings
 
 FILLER = "The company reported its results for the fiscal year in the annual filing."
@@ -72,14 +72,18 @@ def test_the_named_filing_comes_first_among_look_alikes(tmp_path) -> None:
     assert {h.source for h in named} == {h.source for h in plain}  # re-ranked, not added
 
 
-def test_the_kb_sets_the_title_weight_and_a_bad_one_is_refused(tmp_path) -> None:
+@pytest.mark.parametrize(("key", "field", "default"), [
+    ("titleWeight", "title_weight", titles.TITLE_WEIGHT),
+    ("unitWeight", "unit_weight", units.WEIGHT),  # a page's evidence (issue 47)
+])
+def test_the_kb_sets_a_ranking_weight_and_a_bad_one_is_refused(tmp_path, key, field,
+                                                               default) -> None:
     kb = kbmod.open_or_create(tmp_path, "docs")
     config_path = kb.folder / "config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
-    assert kbmod.search_settings(kb).title_weight == titles.TITLE_WEIGHT
-    config_path.write_text(json.dumps({**config, "search": {"titleWeight": 0}}), encoding="utf-8")
-    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")).title_weight == 0
-    config_path.write_text(json.dumps({**config, "search": {"titleWeight": 1.5}}),
-                           encoding="utf-8")
-    with pytest.raises(kbmod.ConfigError, match="search.titleWeight"):
+    assert getattr(kbmod.search_settings(kb), field) == default
+    config_path.write_text(json.dumps({**config, "search": {key: 0}}), encoding="utf-8")
+    assert getattr(kbmod.search_settings(kbmod.load(tmp_path, "docs")), field) == 0
+    config_path.write_text(json.dumps({**config, "search": {key: 1.5}}), encoding="utf-8")
+    with pytest.raises(kbmod.ConfigError, match=f"search.{key}"):
         kbmod.load(tmp_path, "docs")

@@ -1,7 +1,6 @@
 """Relevance at the unit a reader judges (issue 47): a chunk's BM25 carries its page's, so a
 page split into chunks ranks as the page would, and a hit still points at its own lines."""
 
-import json
 import math
 import random
 from collections import Counter
@@ -11,7 +10,6 @@ from conftest import bm25_kb
 
 import fulltext
 import ingest
-import kb as kbmod
 import search
 from index import bm25, segment
 from ranking import units
@@ -117,14 +115,3 @@ def test_a_long_page_is_judged_by_the_chunks_around_the_chunk(tmp_path):
     finally:
         conn.close()
 
-
-def test_the_kb_sets_the_unit_weight_and_a_bad_one_is_refused(tmp_path):
-    kb = kbmod.open_or_create(tmp_path, "docs")
-    config_path = kb.folder / "config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    assert kbmod.search_settings(kb).unit_weight == units.WEIGHT
-    config_path.write_text(json.dumps({**config, "search": {"unitWeight": 0}}), encoding="utf-8")
-    assert kbmod.search_settings(kbmod.load(tmp_path, "docs")).unit_weight == 0
-    config_path.write_text(json.dumps({**config, "search": {"unitWeight": 2}}), encoding="utf-8")
-    with pytest.raises(kbmod.ConfigError, match="search.unitWeight"):
-        kbmod.load(tmp_path, "docs")
