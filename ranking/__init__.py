@@ -1,5 +1,6 @@
 """The layers of a search between the two legs and the hits an agent reads: fusion of
-the legs (fusion), hits merged and narrowed from chunks (hits), file-name matches (titles),
+the legs (fusion), a chunk's BM25 with its page's (units), hits merged and narrowed from
+chunks (hits) with what found each (evidence), file-name matches (titles),
 code neighbours and definitions (neighbours, definitions), filters on path, type, date and
 language (filters), query expansion by an LLM (query_expansion) and reranking (rerank);
 and what a search is carried down with: the request and the KB's settings (request).
