@@ -216,8 +216,9 @@ class Searcher:
                     self._mark_foreign(query, chosen)
                 return fuse(list(candidates.values()), settings.fusion, settings.vector_weight,
                             settings.cross_lingual)
+            found = units.scores_of(bm25, [c.row["id"] for c in chosen.values()])
             for cand in chosen.values():
-                cand.bm25 = bm25.get(cand.row["id"], cand.bm25)
+                cand.bm25 = found.get(cand.row["id"], cand.bm25)
             return sorted(((c, c.bm25 if use_bm25 else c.cosine) for c in candidates.values()),
                           key=lambda pair: -pair[1])
 
@@ -385,9 +386,10 @@ class Searcher:
             cosines = self.store.cosines(embedding, unseen)
         for cid, cosine in cosines.items():
             candidates[cid].cosine = cosine
-        for cand in candidates.values():
-            if cand.bm25_rank is None:
-                cand.bm25 = bm25.get(cand.row["id"], 0.0)
+        lexical = [c for c in candidates.values() if c.bm25_rank is None]
+        found = units.scores_of(bm25, [c.row["id"] for c in lexical])
+        for cand in lexical:
+            cand.bm25 = found.get(cand.row["id"], 0.0)
 
     def _nearest(self, query: str, source: query_sql.Sources,
                  embedding: list[float] | None) -> Future:

@@ -18,7 +18,8 @@ Layer: ranking, given the index's BM25 and the chunks' pages (fulltext.py).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 import fulltext
@@ -58,6 +59,17 @@ class WithUnits(Mapping):
             self._score({rowid: self.ranking[rowid]})  # KeyError: no term of the query
         return self.scores[rowid]
 
+    def many(self, rowids: Iterable[int]) -> dict[int, float]:
+        """The scores of those of `rowids` a query term is in, their pages read in one batch
+        (the vector leg's 50 finds, one at a time, cost auto ~7 ms at 30,000 chunks)."""
+        raw = {}
+        for rowid in rowids:
+            if rowid not in self.scores:
+                with suppress(KeyError):  # no term of the query
+                    raw[rowid] = self.ranking[rowid]
+        self._score(raw)
+        return {rowid: self.scores[rowid] for rowid in rowids if rowid in self.scores}
+
     def __len__(self) -> int:
         return len(self.ranking)
 
@@ -80,6 +92,13 @@ def _window(page: list[int], rowid: int) -> list[int]:
     """The chunks of `page` (rowids, ascending) at most RADIUS places either side of rowid."""
     at = bisect.bisect_left(page, rowid)
     return page[max(0, at - RADIUS):at + RADIUS + 1]
+
+
+def scores_of(scores: Mapping[int, float], rowids: list[int]) -> dict[int, float]:
+    """The scores of those of `rowids` that match, in one batch where units are on."""
+    if isinstance(scores, WithUnits):
+        return scores.many(rowids)
+    return {rowid: score for rowid in rowids if (score := scores.get(rowid)) is not None}
 
 
 def with_units(conn, scores: Mapping[int, float], weight: float) -> Mapping[int, float]:
