@@ -17,11 +17,10 @@ replaced in one transaction, chunks start `pending`, Chroma ids that disappear a
 to `chroma_tombstones` in that same transaction so a crash can never leak them.
 
 The schema, its numbered migrations and `connect` (writable and migrated for the indexer,
-read-only for the server, which never migrates) live in index/fulltext_schema.py, and three
-jobs on the same file in their own modules: exact substring search (index/exact.py), the
-states of sources and chunks with the embedding bookkeeping (index/states.py), and the
-contextualizer's contexts (index/contexts.py). This module writes and removes sources whole
-and reads chunks, BM25, line ranges, source names and counts.
+read-only for the server, which never migrates) live in index/fulltext_schema.py, and jobs
+on the same file in their own modules: exact search (index/exact.py), the states of sources
+and chunks (index/states.py), contexts (index/contexts.py), a page's chunks (index/pages.py).
+This module writes and removes sources whole and reads chunks, BM25, lines, names, counts.
 
 Layer: storage: the SQLite record (lines, chunks, states), below the pipeline and search.
 """
@@ -319,40 +318,6 @@ def chunks_by_id(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str
 def chunks_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, sqlite3.Row]:
     """The chunks with these rowids (`chunks.id`), keyed by rowid."""
     return _chunks_where(conn, "id", rowids)
-
-
-def page_chunks(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, list[int]]:
-    """The rowids of the chunks on each of these chunks' pages (ascending), by rowid. A
-    source's chunks are written together, so a page's are one run of rowids: two small reads
-    (the pages, then each page's first and last rowid), the chunks themselves read only for a
-    page whose rowids are not one run."""
-    where: dict[int, tuple[int, int]] = {}
-    for part in _parts(sorted(set(rowids))):
-        where.update((r[0], (r[1], r[2])) for r in conn.execute(
-            f"SELECT id, source_id, page FROM chunks WHERE id IN ({','.join('?' * len(part))})",
-            part))
-    runs: dict[tuple[int, int], list[int]] = {}
-    for part in _parts(sorted(set(where.values()))):
-        values = ",".join(["(?, ?)"] * len(part))
-        for source_id, page, first, last, count in conn.execute(  # CROSS JOIN: p, then the index
-                f"WITH p(s, g) AS (VALUES {values}) SELECT s, g, min(c.id), max(c.id), count(*)"
-                " FROM p CROSS JOIN chunks c ON c.source_id = p.s AND c.page = p.g GROUP BY s, g",
-                [n for pair in part for n in pair]):
-            runs[(source_id, page)] = list(range(first, last + 1)) if last - first + 1 == count \
-                else [r[0] for r in conn.execute("SELECT id FROM chunks WHERE source_id = ? AND"
-                                                 " page = ? ORDER BY id", (source_id, page))]
-    return {rowid: runs[page] for rowid, page in where.items() if page in runs}
-
-
-def _parts(items: list, size: int = 200) -> Iterable[list]:
-    """`items` in parts small enough for SQLite's bound-parameter limit."""
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
-def page_count(conn: sqlite3.Connection) -> int:
-    """Pages of every source (a file without pages is one)."""
-    return conn.execute("SELECT coalesce(sum(pages), 0) FROM sources").fetchone()[0]
 
 
 def chunk_tokens(conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, str]:

@@ -12,7 +12,7 @@ many chunks around the chunk: a section, not the whole file.
 Measured on every set's dev split (docs/quality.md): SciFact and FinanceBench gain, Korean
 and Chinese hold.
 
-Layer: ranking, given the index's BM25 and the chunks' pages (fulltext.py).
+Layer: ranking, given the index's BM25 and the chunks' pages (index/pages.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
-import fulltext
+from index import pages
 
 if TYPE_CHECKING:  # numpy, loaded by the first search: request.py imports WEIGHT at start-up
     from index import bm25
@@ -42,9 +42,9 @@ class WithUnits(Mapping):
     def __init__(self, conn, ranking: bm25.Ranking, weight: float):
         self.conn, self.ranking, self.weight = conn, ranking, weight
         self.scores: dict[int, float] = {}
-        pages = max(fulltext.page_count(conn), 1)
+        count = max(pages.page_count(conn), 1)
         # a unit's average length: a page's, but no longer than the window
-        per_unit = min(ranking.chunks / pages, 2 * RADIUS + 1) if ranking.chunks else 1.0
+        per_unit = min(ranking.chunks / count, 2 * RADIUS + 1) if ranking.chunks else 1.0
         self.average = max(per_unit, 1.0) * ranking.average
 
     def top(self, n: int) -> list[tuple[int, float]]:
@@ -81,8 +81,8 @@ class WithUnits(Mapping):
         todo = [rowid for rowid in raw if rowid not in self.scores]
         if not todo:
             return
-        pages = fulltext.page_chunks(self.conn, todo)
-        units = [_window(pages.get(rowid, [rowid]), rowid) for rowid in todo]
+        runs = pages.page_chunks(self.conn, todo)
+        units = [_window(runs.get(rowid, [rowid]), rowid) for rowid in todo]
         for rowid, unit in zip(todo, self.ranking.as_documents(units, self.average).tolist(),
                                strict=True):
             self.scores[rowid] = raw[rowid] + self.weight * unit

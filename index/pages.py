@@ -1,0 +1,46 @@
+"""The chunks of a page, for ranking/units.py: a page's rowids and the pages' count.
+
+A source's chunks are written together (fulltext.replace_source), so a page's are one run of
+rowids: its first and last are read, not every chunk.
+
+Layer: storage: reads fulltext.sqlite3's chunks and sources tables.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+
+
+def page_chunks(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, list[int]]:
+    """The rowids of the chunks on each of these chunks' pages (ascending), by rowid. A
+    source's chunks are written together, so a page's are one run of rowids: two small reads
+    (the pages, then each page's first and last rowid), the chunks themselves read only for a
+    page whose rowids are not one run."""
+    where: dict[int, tuple[int, int]] = {}
+    for part in _parts(sorted(set(rowids))):
+        where.update((r[0], (r[1], r[2])) for r in conn.execute(
+            f"SELECT id, source_id, page FROM chunks WHERE id IN ({','.join('?' * len(part))})",
+            part))
+    runs: dict[tuple[int, int], list[int]] = {}
+    for part in _parts(sorted(set(where.values()))):
+        values = ",".join(["(?, ?)"] * len(part))
+        for source_id, page, first, last, count in conn.execute(  # CROSS JOIN: p, then the index
+                f"WITH p(s, g) AS (VALUES {values}) SELECT s, g, min(c.id), max(c.id), count(*)"
+                " FROM p CROSS JOIN chunks c ON c.source_id = p.s AND c.page = p.g GROUP BY s, g",
+                [n for pair in part for n in pair]):
+            runs[(source_id, page)] = list(range(first, last + 1)) if last - first + 1 == count \
+                else [r[0] for r in conn.execute("SELECT id FROM chunks WHERE source_id = ? AND"
+                                                 " page = ? ORDER BY id", (source_id, page))]
+    return {rowid: runs[page] for rowid, page in where.items() if page in runs}
+
+
+def _parts(items: list, size: int = 200) -> Iterable[list]:
+    """`items` in parts small enough for SQLite's bound-parameter limit."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def page_count(conn: sqlite3.Connection) -> int:
+    """Pages of every source (a file without pages is one)."""
+    return conn.execute("SELECT coalesce(sum(pages), 0) FROM sources").fetchone()[0]
