@@ -19,7 +19,7 @@ import math
 import sqlite3
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -297,11 +297,20 @@ class Ranking(Mapping):
         return self._every
 
     def __getitem__(self, rowid: int) -> float:
-        if 0 <= rowid < 2 ** 32:
-            score = float(self._finished(np.zeros(1), np.array([rowid], ID), 0)[0])
-            if score > 0:  # every share is above 0: a chunk holding no term scores 0
-                return score
-        raise KeyError(rowid)
+        score = self.many([rowid]).get(rowid)
+        if score is None:
+            raise KeyError(rowid)
+        return score
+
+    def many(self, rowids: Iterable[int]) -> dict[int, float]:
+        """The scores of those of `rowids` that hold a query term, looked up in one pass per
+        term (the vector leg's 50 finds one at a time cost auto ~7 ms at 30,000 chunks)."""
+        ids = np.unique(np.fromiter((r for r in rowids if 0 <= r < 2 ** 32), np.int64))
+        if not len(ids):
+            return {}
+        full = self._finished(np.zeros(len(ids)), ids.astype(ID), 0)
+        held = full > 0  # every share is above 0: a chunk holding no term scores 0
+        return dict(zip(ids[held].tolist(), full[held].tolist(), strict=True))
 
     def __len__(self) -> int:
         return len(self._all())

@@ -9,7 +9,13 @@ Layer: storage: reads fulltext.sqlite3's chunks and sources tables.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterable, Sequence
+
+from index.bm25_segments import GENERATION_KEY
+
+_page_counts: dict[tuple[str, str], int] = {}  # (database, generation) -> pages
+_page_counts_lock = threading.Lock()
 
 
 def page_chunks(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, list[int]]:
@@ -42,5 +48,17 @@ def _parts(items: list, size: int = 200) -> Iterable[list]:
 
 
 def page_count(conn: sqlite3.Connection) -> int:
-    """Pages of every source (a file without pages is one)."""
-    return conn.execute("SELECT coalesce(sum(pages), 0) FROM sources").fetchone()[0]
+    """Pages of every source (a file without pages is one), counted once per generation of
+    the index's postings: the sum scans every source (2.4 ms a query at 15,000), and a page
+    changes only with its chunks, which change the generation."""
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (GENERATION_KEY,)).fetchone()
+    key = (path, row[0] if row else "")
+    count = _page_counts.get(key)
+    if count is None:
+        count = conn.execute("SELECT coalesce(sum(pages), 0) FROM sources").fetchone()[0]
+        with _page_counts_lock:  # one entry a database: older generations go
+            for old in [k for k in _page_counts if k[0] == path]:
+                del _page_counts[old]
+            _page_counts[key] = count
+    return count

@@ -87,3 +87,11 @@ def test_the_kb_sets_a_ranking_weight_and_a_bad_one_is_refused(tmp_path, key, fi
     config_path.write_text(json.dumps({**config, "search": {key: 1.5}}), encoding="utf-8")
     with pytest.raises(kbmod.ConfigError, match=f"search.{key}"):
         kbmod.load(tmp_path, "docs")
+
+
+def test_a_question_naming_nothing_tokenizes_no_file_name() -> None:
+    def refuse(text: str) -> list[str]:
+        raise AssertionError(f"tokenized {text!r}")
+    for q in ("what is the operating margin in 2022?", "지방은행이 시중은행으로 전환하려면?"):
+        assert titles.title_scores(q, segment.tokens(q), ["pdfs/ADOBE_2022_10K.pdf"],
+                                   refuse) == {}

@@ -11,7 +11,7 @@ from conftest import bm25_kb
 import fulltext
 import ingest
 import search
-from index import bm25, segment
+from index import bm25, pages, segment
 from ranking import units
 from ranking.request import SearchRequest, SearchSettings
 
@@ -115,3 +115,40 @@ def test_a_long_page_is_judged_by_the_chunks_around_the_chunk(tmp_path):
     finally:
         conn.close()
 
+
+
+def test_a_batch_of_chunks_scores_as_each_alone_and_leaves_out_what_does_not_match(
+        two_documents):
+    # the vector leg's finds are scored in one pass (Ranking.many, WithUnits.many)
+    conn = two_documents
+    ranking = bm25.scores(conn, segment.query_tokens("glacier turbine lattice"))
+    every = [rowid for (rowid,) in conn.execute("SELECT id FROM chunks")]
+    matching = set(ranking)
+    assert set(every) - matching  # some chunks hold none of the words
+    asked = [*every, -1, 2 ** 40]
+    assert ranking.many(asked) == pytest.approx({rowid: ranking[rowid] for rowid in matching})
+    one_by_one = units.with_units(conn, ranking, units.WEIGHT)
+    expected = {rowid: one_by_one[rowid] for rowid in matching}
+    batch = units.with_units(conn, ranking, units.WEIGHT)
+    assert units.scores_of(batch, asked) == pytest.approx(expected)
+    assert units.scores_of(ranking, asked) == pytest.approx(ranking.many(matching))
+
+
+def test_the_page_count_follows_the_index_under_an_open_connection(tmp_path):
+    # counted once per generation of the postings (pages.page_count), so a file added by a
+    # writer while a server's connection stays open is counted in the next query's units
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text(_paragraph(1, "glacier"), encoding="utf-8")
+    kb = bm25_kb(tmp_path / "base", "k")
+    ingest.ingest(kb, [folder])
+    conn = fulltext.connect(kb.fulltext_path, readonly=True)
+    try:
+        assert pages.page_count(conn) == 1
+        (folder / "b.txt").write_text(_paragraph(2, "glacier"), encoding="utf-8")
+        ingest.ingest(kb, [folder])
+        assert pages.page_count(conn) == 2
+        ingest.remove(kb, "a.txt")
+        assert pages.page_count(conn) == 1
+    finally:
+        conn.close()
