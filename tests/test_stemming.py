@@ -10,7 +10,7 @@ import chunking
 import fulltext
 import ingest
 import search
-from index import bm25, fulltext_schema, segment
+from index import bm25, bm25_segments, fulltext_schema, segment
 from ranking.request import SearchRequest
 
 # -----------------------------------------------------------------------------
@@ -179,6 +179,9 @@ def _chunk_tokens(kb) -> dict:
 
 def test_an_index_of_the_previous_rules_is_retokenized_to_what_a_fresh_one_holds(tmp_path):
     folder = _folder(tmp_path)
+    for n in range(20):  # enough chunks that the query's words have an idf above the floor
+        (folder / f"other{n:02d}.txt").write_text(f"quarterly budget review {n}\n",
+                                                 encoding="utf-8")
     old = bm25_kb(tmp_path / "old", "k")
     ingest.ingest(old, [folder])
     # what revision 4 left: every chunk's words as written, under its signature
@@ -188,22 +191,38 @@ def test_an_index_of_the_previous_rules_is_retokenized_to_what_a_fresh_one_holds
         r["source"], r["context"], r["text"]))) for r in rows})
     fulltext.set_meta(conn, fulltext.SEGMENTER_KEY,
                       segment.signature().replace("segment rules 6", "segment rules 4"))
+    with conn:  # its postings in a segment, as an index that old has them
+        bm25_segments.flush(conn, force=True)
     assert _found(conn, "connected") == ["docs/notes.txt"]  # the old index: words alone
     conn.close()
 
     again = ingest.ingest(old, [folder])  # the next run, nothing changed on disk
-    assert (again.unchanged, again.indexed) == (3, 0)
+    assert (again.unchanged, again.indexed) == (23, 0)
     fresh = bm25_kb(tmp_path / "fresh", "k")
     ingest.ingest(fresh, [folder])
     assert _chunk_tokens(old) == _chunk_tokens(fresh)
     assert segment.STEM_MARK + "connect" in _chunk_tokens(fresh)[("docs/notes.txt", 1, 1)].split()
     assert "connections" in _chunk_tokens(fresh)[("docs/pool.py", 1, 1)].split()
+    scores = []
     for kb in (old, fresh):
         conn = fulltext.connect(kb.fulltext_path)
         assert fulltext.get_meta(conn, fulltext.SEGMENTER_KEY) == segment.signature()
         assert _found(conn, "connected") == ["docs/log.txt", "docs/notes.txt"]
         conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
+        scores.append(_scores(conn, "connected connections replica failing"))
         conn.close()
+    # ranked alike too: the old words' postings, dead until a merge, count in no idf
+    # (the word's other form was counted by its arrays' sizes, dead rowids and all)
+    assert scores[0] == pytest.approx(scores[1], rel=1e-12)
+
+
+def _scores(conn, query: str) -> dict:
+    """Each matching chunk's BM25, by where the chunk is."""
+    where = {r[0]: (r[1], r[2], r[3]) for r in conn.execute(
+        "SELECT c.id, s.name, c.page, c.line_start FROM chunks c"
+        " JOIN sources s ON s.id = c.source_id")}
+    ranking = bm25.scores(conn, segment.query_tokens(query))
+    return {where[rowid]: ranking[rowid] for rowid in ranking}
 
 
 def test_a_word_is_as_rare_in_code_as_in_prose(tmp_path):
