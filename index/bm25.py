@@ -384,7 +384,9 @@ def choose_terms(terms: list[str], chunks: int, bounds: Callable[[list[str]], tu
     if len(terms) > MAX_QUERY_TOKENS:  # only a term that may be among the rarest is settled
         cut = sorted(high[t] for t in terms)[MAX_QUERY_TOKENS - 1]
         settle([t for t in terms if low[t] <= cut])
-    return sorted(terms, key=low.__getitem__)[:MAX_QUERY_TOKENS]
+    # a settled term whose postings are all dead (a re-tokenized chunk's old word) is held by
+    # no chunk either: the rarest by its count, it would take a place of the terms that are
+    return [t for t in sorted(terms, key=low.__getitem__) if high[t] > 0][:MAX_QUERY_TOKENS]
 
 
 def _word_counts(counts: dict[str, int], forms: dict[str, str],

@@ -115,6 +115,18 @@ def test_terms_no_chunk_holds_do_not_crowd_out_the_others():
     assert bm25.choose_terms([f"w{i}" for i in range(200)] + ["connect"], 2000, bounds) == [
         "connect"]
 
+    # ... nor do words whose postings are all dead (an index re-tokenized to stems keeps the
+    # old words' arrays until a merge): their sizes say 2 chunks, an exact count none
+    def dead_bounds(terms):
+        return ({t: 0 if t.startswith("w") else counts[t] for t in terms},
+                {t: 2 if t.startswith("w") else counts[t] for t in terms})
+
+    def exact(terms):
+        return {t: 0 if t.startswith("w") else counts[t] for t in terms}
+
+    assert bm25.choose_terms([f"w{i}" for i in range(200)] + ["connect"], 2000, dead_bounds,
+                             exact) == ["connect"]
+
 
 # -----------------------------------------------------------------------------
 # through a real KB
