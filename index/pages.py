@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from index.bm25_segments import GENERATION_KEY
 
-_page_counts: dict[tuple[str, str], int] = {}  # (database, generation) -> pages
+_page_counts: dict[tuple[str, str, int], int] = {}  # (database, generation, queued)
 _page_counts_lock = threading.Lock()
 
 
@@ -48,12 +48,14 @@ def _parts(items: list, size: int = 200) -> Iterable[list]:
 
 
 def page_count(conn: sqlite3.Connection) -> int:
-    """Pages of every source (a file without pages is one), counted once per generation of
-    the index's postings: the sum scans every source (2.4 ms a query at 15,000), and a page
-    changes only with its chunks, which change the generation."""
+    """Pages of every source (a file without pages is one), counted again only when the
+    chunks changed: the sum scans every source (2.4 ms a query at 15,000). A page changes
+    only with its chunks, and a chunk written, deleted or re-tokenized is queued for its
+    postings until a flush moves their generation: both are in the key."""
     path = conn.execute("PRAGMA database_list").fetchone()[2]
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (GENERATION_KEY,)).fetchone()
-    key = (path, row[0] if row else "")
+    queued = conn.execute("SELECT count(*) FROM bm25_queue").fetchone()[0]
+    key = (path, row[0] if row else "", queued)
     count = _page_counts.get(key)
     if count is None:
         count = conn.execute("SELECT coalesce(sum(pages), 0) FROM sources").fetchone()[0]

@@ -116,7 +116,6 @@ def test_a_long_page_is_judged_by_the_chunks_around_the_chunk(tmp_path):
         conn.close()
 
 
-
 def test_a_batch_of_chunks_scores_as_each_alone_and_leaves_out_what_does_not_match(
         two_documents):
     # the vector leg's finds are scored in one pass (Ranking.many, WithUnits.many)
