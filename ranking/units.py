@@ -54,9 +54,7 @@ class WithUnits(Mapping):
         return ranked[:n]
 
     def __getitem__(self, rowid: int) -> float:
-        if rowid not in self.scores:
-            self._score({rowid: self.ranking[rowid]})  # KeyError: no term of the query
-        return self.scores[rowid]
+        return self.many([rowid])[rowid]  # KeyError: no term of the query
 
     def many(self, rowids: Iterable[int]) -> dict[int, float]:
         """The scores of those of `rowids` a query term is in, their pages read in one batch."""
