@@ -249,6 +249,9 @@ def test_a_url_whose_extraction_failed_is_fetched_again_at_sync(site, tmp_path, 
     site.routes["/scan"] = (200, {"Content-Type": "application/pdf", "ETag": '"scan-1"'},
                             (tmp_path / "scan.pdf").read_bytes())  # 304 to If-None-Match
     kb, url = make_kb(tmp_path), site.base + "/scan"
+    # an OCR cache of its own: a scan made in the same second as the other case's is the same
+    # file (a PDF's date is in seconds), and the session's cache had read it already
+    monkeypatch.setenv(ocr.CACHE_ENV, str(tmp_path / "ocr-cache"))
     monkeypatch.setenv(ocr.TESSERACT_ENV, str(tmp_path / "no-tesseract"))
     first = ingest.ingest_url(kb, url)
     assert [(f["source"], f["reason"]) for f in first.needs_action] == [(url, "ocr-unavailable")]
