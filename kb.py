@@ -348,7 +348,7 @@ def _check_fields(block_name: str, block: dict, fields: dict, path: Path) -> Non
 SEARCH_WEIGHTS = {  # search block's 0-1 fields -> what 0 and 1 mean
     "vectorWeight": ("BM25 only", "vectors only"),
     "titleWeight": ("file names ignored", "file names only"),
-    "unitWeight": ("chunks scored alone", "a chunk's page counted as much as the chunk"),
+    "unitWeight": ("chunks scored alone", "the chunks around a chunk counted as much as it"),
     "diversity": ("off", "novelty only"),
     "neighbourWeight": ("code chunks ranked alone", "a code chunk lifted by its neighbours"),
     "crossLingual": ("off", "a page in another language as high as its meaning alone ranks it"),

@@ -1,5 +1,5 @@
 """The layers of a search between the two legs and the hits an agent reads: fusion of
-the legs (fusion), a chunk's BM25 with its page's (units), hits merged and narrowed from
+the legs (fusion), a chunk's BM25 with its neighbours' (units), hits merged and narrowed from
 chunks (hits) with what found each (evidence), file-name matches (titles),
 code neighbours and definitions (neighbours, definitions), filters on path, type, date and
 language (filters), query expansion by an LLM (query_expansion) and reranking (rerank);

@@ -1,5 +1,6 @@
-"""Relevance at the unit a reader judges (issue 47): a chunk's BM25 carries its page's, so a
-page split into chunks ranks as the page would, and a hit still points at its own lines."""
+"""Relevance at the unit a reader judges (issue 47): a chunk's BM25 carries its neighbours'
+on its page, so a page split into chunks ranks as the page would, and a hit still points at
+its own lines."""
 
 import math
 import random
