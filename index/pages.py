@@ -18,24 +18,26 @@ _page_counts: dict[tuple[str, str, int], int] = {}  # (database, generation, que
 _page_counts_lock = threading.Lock()
 
 
-def page_chunks(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, list[int]]:
+def page_chunks(conn: sqlite3.Connection,
+                rowids: Sequence[int]) -> dict[int, Sequence[int]]:
     """The rowids of the chunks on each of these chunks' pages (ascending), by rowid. A
     source's chunks are written together, so a page's are one run of rowids: two small reads
     (the pages, then each page's first and last rowid), the chunks themselves read only for a
-    page whose rowids are not one run."""
+    page whose rowids are not one run. A run stays a range: a text file is one page of
+    thousands of chunks, and a unit needs only the few around its chunk."""
     where: dict[int, tuple[int, int]] = {}
     for part in _parts(sorted(set(rowids))):
         where.update((r[0], (r[1], r[2])) for r in conn.execute(
             f"SELECT id, source_id, page FROM chunks WHERE id IN ({','.join('?' * len(part))})",
             part))
-    runs: dict[tuple[int, int], list[int]] = {}
+    runs: dict[tuple[int, int], Sequence[int]] = {}
     for part in _parts(sorted(set(where.values()))):
         values = ",".join(["(?, ?)"] * len(part))
         for source_id, page, first, last, count in conn.execute(  # CROSS JOIN: p, then the index
                 f"WITH p(s, g) AS (VALUES {values}) SELECT s, g, min(c.id), max(c.id), count(*)"
                 " FROM p CROSS JOIN chunks c ON c.source_id = p.s AND c.page = p.g GROUP BY s, g",
                 [n for pair in part for n in pair]):
-            runs[(source_id, page)] = list(range(first, last + 1)) if last - first + 1 == count \
+            runs[(source_id, page)] = range(first, last + 1) if last - first + 1 == count \
                 else [r[0] for r in conn.execute("SELECT id FROM chunks WHERE source_id = ? AND"
                                                  " page = ? ORDER BY id", (source_id, page))]
     return {rowid: runs[page] for rowid, page in where.items() if page in runs}

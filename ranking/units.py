@@ -21,7 +21,7 @@ Layer: ranking, given the index's BM25 and the chunks' pages (index/pages.py).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from index import pages
@@ -83,7 +83,7 @@ class WithUnits(Mapping):
             self.scores[rowid] = raw[rowid] + self.weight * unit
 
 
-def _window(page: list[int], rowid: int) -> list[int]:
+def _window(page: Sequence[int], rowid: int) -> Sequence[int]:
     """The chunks of `page` (rowids, ascending) at most RADIUS places either side of rowid."""
     at = bisect.bisect_left(page, rowid)
     return page[max(0, at - RADIUS):at + RADIUS + 1]
